@@ -1,0 +1,127 @@
+// A layout maps dims to mesh axes. Each entry reads "dim on axis":
+//
+//   typemesh::layout<batch(axis0), k(axis2)>
+//
+// (the design's Layout<batch→axis0, k→axis2>; the arrow spelling
+// `auto(batch)->axis0` is accepted too). A dim the layout does not name is
+// whole on every device; a mesh axis it does not use holds replicas.
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+
+#include "typemesh/core/diagnostics.hpp"
+#include "typemesh/core/dim.hpp"
+#include "typemesh/core/type_list.hpp"
+
+namespace typemesh {
+
+namespace detail {
+
+// One entry of a layout, normalised to (dim, axis).
+template <class Entry, class Layout>
+struct layout_entry {
+  static_assert(sizeof(diagnostic::not_a_layout_entry<Entry, Layout>));
+  using dim = void;
+  using axis = void;
+};
+template <class R, class A, class Layout>
+  requires(Dim<R> && Axis<A>)
+struct layout_entry<R(A), Layout> {
+  using dim = R;
+  using axis = A;
+};
+template <class R, class A, class Layout>
+  requires(Axis<R> && Dim<A>)
+struct layout_entry<R(A), Layout> {
+  using dim = A;
+  using axis = R;
+};
+
+template <class D, class... Entries>
+struct axis_lookup {
+  using type = void;
+};
+template <class D, class E, class... Rest>
+struct axis_lookup<D, E, Rest...>
+    : std::conditional_t<std::is_same_v<D, typename E::dim>, std::type_identity<typename E::axis>,
+                         axis_lookup<D, Rest...>> {};
+
+template <class A, class... Entries>
+struct dim_lookup {
+  using type = void;
+};
+template <class A, class E, class... Rest>
+struct dim_lookup<A, E, Rest...>
+    : std::conditional_t<std::is_same_v<A, typename E::axis>, std::type_identity<typename E::dim>,
+                         dim_lookup<A, Rest...>> {};
+
+template <class D, class Kept, class... Entries>
+struct layout_without {
+  using type = Kept;
+};
+template <class D, template <class...> class L, class... Kept, class R, class A, class... Rest>
+struct layout_without<D, L<Kept...>, R(A), Rest...>
+    : layout_without<D, std::conditional_t<std::is_same_v<D, R>, L<Kept...>, L<Kept..., R(A)>>, Rest...> {};
+
+}  // namespace detail
+
+template <class... Entries>
+struct layout {
+ private:
+  template <class E>
+  using dim_of_entry = typename detail::layout_entry<E, layout>::dim;
+  template <class E>
+  using axis_of_entry = typename detail::layout_entry<E, layout>::axis;
+
+ public:
+  static constexpr std::size_t size = sizeof...(Entries);
+
+  // Whether the layout splits dim D.
+  template <class D>
+  static constexpr bool splits = detail::contains<D, dim_of_entry<Entries>...>;
+
+  // Whether the layout uses mesh axis A.
+  template <class A>
+  static constexpr bool uses = detail::contains<A, axis_of_entry<Entries>...>;
+
+  // The axis that splits D (void when D is whole).
+  template <class D>
+  using axis_of = typename detail::axis_lookup<D, detail::layout_entry<Entries, layout>...>::type;
+
+  // The dim that axis A splits (void when A holds replicas).
+  template <class A>
+  using dim_on = typename detail::dim_lookup<A, detail::layout_entry<Entries, layout>...>::type;
+
+  // This layout with D made whole.
+  template <class D>
+  using without = typename detail::layout_without<D, layout<>, dim_of_entry<Entries>(axis_of_entry<Entries>)...>::type;
+
+  // This layout with D split over A as well.
+  template <class D, class A>
+  using with = layout<Entries..., D(A)>;
+
+  // Calls f(type_c<dim>, type_c<axis>) for each entry, in order.
+  template <class F>
+  static constexpr void for_each(F&& f) {
+    (f(detail::hana::type_c<dim_of_entry<Entries>>, detail::hana::type_c<axis_of_entry<Entries>>), ...);
+  }
+
+ private:
+  static_assert((sizeof(diagnostic::dim_mapped_twice<dim_of_entry<Entries>, layout,
+                                                     (detail::count<dim_of_entry<Entries>, dim_of_entry<Entries>...> > 1)>) &&
+                 ...));
+  static_assert((sizeof(diagnostic::axis_used_twice<axis_of_entry<Entries>, layout,
+                                                    (detail::count<axis_of_entry<Entries>, axis_of_entry<Entries>...> > 1)>) &&
+                 ...));
+};
+
+template <class T>
+inline constexpr bool is_layout = false;
+template <class... E>
+inline constexpr bool is_layout<layout<E...>> = true;
+
+// Everything whole: each device holds the full tensor.
+using replicated = layout<>;
+
+}  // namespace typemesh

@@ -1,0 +1,207 @@
+// A mesh: a named n-d grid of devices. The axes are types; the axis sizes and
+// the device list are values, given at run time.
+//
+//   struct axis0 : typemesh::axis<"axis0"> {};
+//   using lstm_mesh = typemesh::mesh<"lstm", axis0, axis1>;
+//   lstm_mesh m({2, 4}, {4, 5, 6, 7, 0, 1, 2, 3});
+//
+// Devices are numbered row-major over the axes, the first axis slowest: the
+// device at coordinate (i, j) is devices[i * 4 + j].
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "typemesh/core/diagnostics.hpp"
+#include "typemesh/core/dim.hpp"
+#include "typemesh/core/error.hpp"
+#include "typemesh/core/group.hpp"
+#include "typemesh/core/name.hpp"
+#include "typemesh/core/type_list.hpp"
+
+namespace typemesh {
+
+template <fixed_name Name, class... Axes>
+class mesh {
+  static_assert((Axis<Axes> && ...), "typemesh: every axis of mesh<name, axes...> must be an axis tag");
+  static_assert((sizeof(diagnostic::axis_repeated_in_mesh<Axes, mesh, (detail::count<Axes, Axes...> > 1)>) && ...));
+
+ public:
+  static constexpr std::string_view name = Name.view();
+  static constexpr std::size_t rank = sizeof...(Axes);
+  static constexpr std::array<std::string_view, rank> axis_names{Axes::name...};
+
+  template <class A>
+  static constexpr bool has = detail::contains<A, Axes...>;
+
+  // Position of axis A among the mesh's axes.
+  template <class A>
+  static constexpr std::size_t index_of = detail::index_of<A, Axes...>;
+
+  using coords = std::array<int, rank>;
+
+  // Devices 0 .. n-1 in order.
+  explicit mesh(const std::array<int, rank>& sizes) : mesh(sizes, iota(sizes)) {}
+
+  mesh(const std::array<int, rank>& sizes, std::vector<int> devices) {
+    auto d = std::make_shared<data>();
+    d->sizes = sizes;
+    d->devices = std::move(devices);
+    std::size_t n = 1;
+    for (std::size_t a = 0; a < rank; ++a) {
+      if (sizes[a] < 1) {
+        throw shape_error(detail::cat("mesh '", name, "': axis ", axis_names[a], " has size ", sizes[a],
+                                      "; every axis needs at least one device"));
+      }
+      n *= static_cast<std::size_t>(sizes[a]);
+    }
+    if (d->devices.size() != n) {
+      throw shape_error(detail::cat("mesh '", name, "' of shape ", describe_sizes(sizes), " needs ", n,
+                                    " devices, but its device list ", detail::list(d->devices), " has ",
+                                    d->devices.size()));
+    }
+    for (std::size_t p = 0; p < n; ++p) {
+      int dev = d->devices[p];
+      if (dev < 0) {
+        throw device_error(detail::cat("mesh '", name, "': device list ", detail::list(d->devices),
+                                       " has a negative device id ", dev));
+      }
+      if (static_cast<std::size_t>(dev) >= d->position.size()) d->position.resize(dev + 1, -1);
+      if (d->position[dev] != -1) {
+        throw device_error(detail::cat("mesh '", name, "': device ", dev, " appears twice in the device list ",
+                                       detail::list(d->devices)));
+      }
+      d->position[dev] = static_cast<int>(p);
+    }
+    data_ = std::move(d);
+  }
+
+  const std::array<int, rank>& sizes() const { return data_->sizes; }
+  int size(std::size_t axis_index) const { return data_->sizes[axis_index]; }
+
+  template <class A>
+  int size() const {
+    static_assert(has<A>, "typemesh: mesh::size<A>() names an axis the mesh does not have");
+    return data_->sizes[index_of<A>];
+  }
+
+  int device_count() const { return static_cast<int>(data_->devices.size()); }
+  const std::vector<int>& devices() const { return data_->devices; }
+
+  bool contains(int device) const { return position(device) >= 0; }
+
+  // Row-major coordinate of a device, or nothing for a device outside the mesh.
+  std::optional<coords> coordinate_of(int device) const {
+    int p = position(device);
+    if (p < 0) return std::nullopt;
+    coords c{};
+    for (std::size_t a = rank; a-- > 0;) {
+      c[a] = p % data_->sizes[a];
+      p /= data_->sizes[a];
+    }
+    return c;
+  }
+
+  int device_at(const coords& c) const {
+    int p = 0;
+    for (std::size_t a = 0; a < rank; ++a) {
+      if (c[a] < 0 || c[a] >= data_->sizes[a]) {
+        throw device_error(detail::cat("mesh '", name, "': coordinate ", c[a], " is outside axis ", axis_names[a],
+                                       " of size ", data_->sizes[a]));
+      }
+      p = p * data_->sizes[a] + c[a];
+    }
+    return data_->devices[p];
+  }
+
+  // The group of `device` along the chosen axes: the devices that share its
+  // coordinates on every other axis, ordered row-major over the chosen axes.
+  group group_along(int device, const std::array<bool, rank>& along) const {
+    auto c = coordinate_of(device);
+    if (!c) {
+      throw device_error(detail::cat("device ", device, " is not in mesh '", name, "' (devices ",
+                                     detail::list(data_->devices), ")"));
+    }
+    group g;
+    g.label = detail::cat("mesh '", name, "' along {");
+    bool first = true;
+    int members = 1;
+    for (std::size_t a = 0; a < rank; ++a) {
+      if (!along[a]) continue;
+      g.label += detail::cat(first ? "" : " ", axis_names[a]);
+      first = false;
+      members *= data_->sizes[a];
+    }
+    g.label += "}";
+    g.devices.reserve(members);
+    coords m = *c;
+    for (int i = 0; i < members; ++i) {
+      int rest = i;
+      for (std::size_t a = rank; a-- > 0;) {
+        if (!along[a]) continue;
+        m[a] = rest % data_->sizes[a];
+        rest /= data_->sizes[a];
+      }
+      g.devices.push_back(device_at(m));
+    }
+    return g;
+  }
+
+  template <class... A>
+  group group_along(int device) const {
+    static_assert((sizeof(diagnostic::axis_not_in_mesh<A, mesh, !has<A>>) && ...));
+    std::array<bool, rank> along{};
+    ((along[index_of<A>] = true), ...);
+    return group_along(device, along);
+  }
+
+  // "mesh 'lstm' [axis0=2 axis1=4] on devices [4 5 6 7 0 1 2 3]"
+  std::string describe() const {
+    return detail::cat("mesh '", name, "' ", describe_sizes(data_->sizes), " on devices ", detail::list(data_->devices));
+  }
+
+  friend bool operator==(const mesh& a, const mesh& b) {
+    return a.data_ == b.data_ || (a.data_->sizes == b.data_->sizes && a.data_->devices == b.data_->devices);
+  }
+
+ private:
+  struct data {
+    std::array<int, rank> sizes{};
+    std::vector<int> devices;
+    std::vector<int> position;  // device id -> index in devices, or -1
+  };
+
+  static std::vector<int> iota(const std::array<int, rank>& sizes) {
+    int n = 1;
+    for (int s : sizes) n *= s > 0 ? s : 1;
+    std::vector<int> v(n);
+    std::iota(v.begin(), v.end(), 0);
+    return v;
+  }
+
+  static std::string describe_sizes(const std::array<int, rank>& sizes) {
+    std::string out = "[";
+    for (std::size_t a = 0; a < rank; ++a) out += detail::cat(a ? " " : "", axis_names[a], "=", sizes[a]);
+    return out + "]";
+  }
+
+  int position(int device) const {
+    if (device < 0 || static_cast<std::size_t>(device) >= data_->position.size()) return -1;
+    return data_->position[device];
+  }
+
+  std::shared_ptr<const data> data_;
+};
+
+template <class T>
+inline constexpr bool is_mesh = false;
+template <fixed_name N, class... A>
+inline constexpr bool is_mesh<mesh<N, A...>> = true;
+
+}  // namespace typemesh

@@ -1,0 +1,49 @@
+// The communicator concept: what every backend (host threads, Boost.MPI, NCCL)
+// provides. Buffers are untyped with a dtype and an element count, the shape
+// of the MPI and NCCL calls, so those implementations map onto it one call to
+// one call. Checking the arguments and counting the bytes happen once, above
+// the concept, in typemesh::device.
+//
+// Counts are per member: allgather's `count` is what each member contributes;
+// reduce_scatter's is what each member receives; alltoall's is what each pair
+// exchanges. Groups list global device ids in member order; `root` is a member
+// index.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <string_view>
+
+#include "typemesh/core/group.hpp"
+#include "typemesh/runtime/dtype.hpp"
+
+namespace typemesh {
+
+enum class reduce_op { sum, max, min, prod };
+
+constexpr std::string_view name_of(reduce_op op) {
+  switch (op) {
+    case reduce_op::sum: return "sum";
+    case reduce_op::max: return "max";
+    case reduce_op::min: return "min";
+    case reduce_op::prod: return "prod";
+  }
+  return "?";
+}
+
+template <class C>
+concept communicator = requires(C& c, const group& g, const void* in, void* out, std::size_t count, dtype type,
+                                reduce_op op, int peer, int tag) {
+  { c.device() } -> std::convertible_to<int>;        // this device's global id
+  { c.device_count() } -> std::convertible_to<int>;  // devices in the run
+  c.allreduce(g, in, out, count, type, op);          // out may equal in
+  c.allgather(g, in, out, count, type);              // out: size * count, member order
+  c.reduce_scatter(g, in, out, count, type, op);     // in: size * count; out: member's block
+  c.alltoall(g, in, out, count, type);               // block j of in goes to member j
+  c.broadcast(g, out, count, type, peer);            // from member `peer` to all
+  c.send(peer, in, count, type, tag);                // buffered: returns once copied out
+  c.recv(peer, out, count, type, tag);               // blocks until the message arrives
+  c.barrier(g);
+};
+
+}  // namespace typemesh

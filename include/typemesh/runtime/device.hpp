@@ -1,0 +1,266 @@
+// A device: this SPMD program's place in the run, holding the communicator
+// of whichever backend runs it. Model code sees only this class, so nothing
+// in a program depends on the backend.
+//
+// The typed collectives below check their arguments (group membership, buffer
+// sizes) and count the bytes every collective moves, the same way for every
+// backend, then hand the call to the communicator.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <type_traits>
+#include <utility>
+
+#include "typemesh/core/error.hpp"
+#include "typemesh/core/group.hpp"
+#include "typemesh/runtime/communicator.hpp"
+#include "typemesh/runtime/dtype.hpp"
+#include "typemesh/runtime/traffic.hpp"
+
+namespace typemesh {
+
+class device {
+ public:
+  template <communicator C>
+  explicit device(C comm) : impl_(std::make_unique<model<C>>(std::move(comm))) {}
+
+  int id() const { return impl_->device(); }
+  int count() const { return impl_->device_count(); }
+
+  // What this device has sent and received so far.
+  typemesh::traffic& traffic() { return traffic_; }
+  const typemesh::traffic& traffic() const { return traffic_; }
+
+  // Every member ends with the elementwise reduction of all members' `in`.
+  template <class T>
+  void allreduce(const group& g, std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op = reduce_op::sum) {
+    check_type<T>();
+    int m = member("allreduce", g);
+    same_size("allreduce", g, in.size(), out.size());
+    if (!(in.data() == out.data()) && overlaps(in, out)) overlap_error("allreduce", g);
+    std::size_t n = in.size(), gs = g.size();
+    std::size_t own = (m + 1) * n / gs - m * n / gs;  // the chunk this member reduces
+    count(op_kind::allreduce, ((gs - 1) * own + (n - own)) * sizeof(T), ((gs - 1) * own + (n - own)) * sizeof(T));
+    impl_->allreduce(g, in.data(), out.data(), n, dtype_of<T>, op);
+  }
+
+  template <class T>
+  void allreduce(const group& g, std::span<T> inout, reduce_op op = reduce_op::sum) {
+    allreduce<T>(g, std::span<const T>(inout), inout, op);
+  }
+
+  // out = the members' `in`, concatenated in member order.
+  template <class T>
+  void allgather(const group& g, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+    check_type<T>();
+    member("allgather", g);
+    std::size_t gs = g.size();
+    if (out.size() != gs * in.size()) {
+      throw shape_error(detail::cat("allgather over group ", detail::list(g.devices), " (", g.label, "): the output holds ",
+                                    out.size(), " elements, but ", gs, " members of ", in.size(), " need ", gs * in.size()));
+    }
+    if (overlaps(in, out)) overlap_error("allgather", g);
+    std::size_t bytes = (gs - 1) * in.size() * sizeof(T);
+    count(op_kind::allgather, bytes, bytes);
+    impl_->allgather(g, in.data(), out.data(), in.size(), dtype_of<T>);
+  }
+
+  // Reduces the members' `in` and leaves block m (of size out.size()) on member m.
+  template <class T>
+  void reduce_scatter(const group& g, std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op = reduce_op::sum) {
+    check_type<T>();
+    member("reduce_scatter", g);
+    std::size_t gs = g.size();
+    if (in.size() != gs * out.size()) {
+      throw shape_error(detail::cat("reduce_scatter over group ", detail::list(g.devices), " (", g.label, "): the input holds ",
+                                    in.size(), " elements, but ", gs, " blocks of ", out.size(), " need ", gs * out.size()));
+    }
+    if (overlaps(in, out)) overlap_error("reduce_scatter", g);
+    std::size_t bytes = (gs - 1) * out.size() * sizeof(T);
+    count(op_kind::reduce_scatter, bytes, bytes);
+    impl_->reduce_scatter(g, in.data(), out.data(), out.size(), dtype_of<T>, op);
+  }
+
+  // Block j of `in` goes to member j; block j of `out` comes from member j.
+  template <class T>
+  void alltoall(const group& g, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+    check_type<T>();
+    member("alltoall", g);
+    same_size("alltoall", g, in.size(), out.size());
+    std::size_t gs = g.size();
+    if (in.size() % gs != 0) {
+      throw shape_error(detail::cat("alltoall over group ", detail::list(g.devices), " (", g.label, "): ", in.size(),
+                                    " elements do not split into ", gs, " equal blocks"));
+    }
+    if (overlaps(in, out)) overlap_error("alltoall", g);
+    std::size_t block = in.size() / gs, bytes = (gs - 1) * block * sizeof(T);
+    count(op_kind::alltoall, bytes, bytes);
+    impl_->alltoall(g, in.data(), out.data(), block, dtype_of<T>);
+  }
+
+  // Member `root` (an index into the group) sends `buffer` to every member.
+  template <class T>
+  void broadcast(const group& g, std::span<T> buffer, int root) {
+    check_type<T>();
+    int m = member("broadcast", g);
+    if (root < 0 || root >= g.size()) {
+      throw device_error(detail::cat("broadcast over group ", detail::list(g.devices), " (", g.label, "): root ", root,
+                                     " is not a member index (the group has ", g.size(), " members)"));
+    }
+    std::size_t bytes = buffer.size() * sizeof(T);
+    if (m == root) count(op_kind::broadcast, (g.size() - 1) * bytes, 0);
+    else count(op_kind::broadcast, 0, bytes);
+    impl_->broadcast(g, buffer.data(), buffer.size(), dtype_of<T>, root);
+  }
+
+  // Buffered: returns once the data is copied out; the receiver's recv takes it.
+  template <class T>
+  void send(int to, std::span<T> data, int tag = 0) {
+    using E = std::remove_cv_t<T>;
+    check_type<E>();
+    peer("send to", to);
+    count(op_kind::send, data.size() * sizeof(E), 0);
+    impl_->send(to, data.data(), data.size(), dtype_of<E>, tag);
+  }
+
+  template <class T>
+  void recv(int from, std::span<T> data, int tag = 0) {
+    check_type<T>();
+    peer("recv from", from);
+    count(op_kind::recv, 0, data.size() * sizeof(T));
+    impl_->recv(from, data.data(), data.size(), dtype_of<T>, tag);
+  }
+
+  void barrier(const group& g) {
+    member("barrier", g);
+    count(op_kind::barrier, 0, 0);
+    impl_->barrier(g);
+  }
+
+ private:
+  struct interface {
+    virtual ~interface() = default;
+    virtual int device() const = 0;
+    virtual int device_count() const = 0;
+    virtual void allreduce(const group&, const void*, void*, std::size_t, dtype, reduce_op) = 0;
+    virtual void allgather(const group&, const void*, void*, std::size_t, dtype) = 0;
+    virtual void reduce_scatter(const group&, const void*, void*, std::size_t, dtype, reduce_op) = 0;
+    virtual void alltoall(const group&, const void*, void*, std::size_t, dtype) = 0;
+    virtual void broadcast(const group&, void*, std::size_t, dtype, int) = 0;
+    virtual void send(int, const void*, std::size_t, dtype, int) = 0;
+    virtual void recv(int, void*, std::size_t, dtype, int) = 0;
+    virtual void barrier(const group&) = 0;
+  };
+
+  template <class C>
+  struct model final : interface {
+    explicit model(C comm) : c(std::move(comm)) {}
+    int device() const override { return c.device(); }
+    int device_count() const override { return c.device_count(); }
+    void allreduce(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) override {
+      c.allreduce(g, in, out, n, t, op);
+    }
+    void allgather(const group& g, const void* in, void* out, std::size_t n, dtype t) override {
+      c.allgather(g, in, out, n, t);
+    }
+    void reduce_scatter(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) override {
+      c.reduce_scatter(g, in, out, n, t, op);
+    }
+    void alltoall(const group& g, const void* in, void* out, std::size_t n, dtype t) override {
+      c.alltoall(g, in, out, n, t);
+    }
+    void broadcast(const group& g, void* buf, std::size_t n, dtype t, int root) override {
+      c.broadcast(g, buf, n, t, root);
+    }
+    void send(int to, const void* in, std::size_t n, dtype t, int tag) override { c.send(to, in, n, t, tag); }
+    void recv(int from, void* out, std::size_t n, dtype t, int tag) override { c.recv(from, out, n, t, tag); }
+    void barrier(const group& g) override { c.barrier(g); }
+    C c;
+  };
+
+  template <class T>
+  static void check_type() {
+    static_assert(has_dtype<std::remove_cv_t<T>>,
+                  "typemesh: collectives move float, double, int32_t, int64_t or uint8_t elements");
+  }
+
+  // This device's member index in g; an error if it is not a member or the
+  // group names a device twice or one that does not exist.
+  int member(const char* what, const group& g) const {
+    int me = id(), n = count(), index = -1;
+    std::vector<bool> seen(n, false);
+    for (int i = 0; i < g.size(); ++i) {
+      int d = g.devices[i];
+      if (d < 0 || d >= n) {
+        throw device_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, "): device ", d,
+                                       " does not exist; devices are 0 to ", n - 1));
+      }
+      if (seen[d]) {
+        throw device_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, "): device ", d,
+                                       " appears twice"));
+      }
+      seen[d] = true;
+      if (d == me) index = i;
+    }
+    if (index < 0) {
+      throw device_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, "): device ", me,
+                                     " is not a member"));
+    }
+    return index;
+  }
+
+  void peer(const char* what, int other) const {
+    if (other < 0 || other >= count() || other == id()) {
+      throw device_error(detail::cat("device ", id(), ": ", what, " device ", other, " is impossible; devices are 0 to ",
+                                     count() - 1, " and a device does not message itself"));
+    }
+  }
+
+  static void same_size(const char* what, const group& g, std::size_t in, std::size_t out) {
+    if (in != out) {
+      throw shape_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, "): input of ", in,
+                                    " elements but output of ", out));
+    }
+  }
+
+  template <class A, class B>
+  static bool overlaps(std::span<A> a, std::span<B> b) {
+    auto a0 = reinterpret_cast<const char*>(a.data()), a1 = a0 + a.size_bytes();
+    auto b0 = reinterpret_cast<const char*>(b.data()), b1 = b0 + b.size_bytes();
+    return a.size() && b.size() && a0 < b1 && b0 < a1;
+  }
+
+  [[noreturn]] static void overlap_error(const char* what, const group& g) {
+    throw shape_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label,
+                                  "): the input and output buffers overlap"));
+  }
+
+  void count(op_kind k, std::uint64_t sent, std::uint64_t received) {
+    auto& t = traffic_[k];
+    ++t.calls;
+    t.bytes_sent += sent;
+    t.bytes_received += received;
+  }
+
+  std::unique_ptr<interface> impl_;
+  typemesh::traffic traffic_;
+};
+
+namespace detail {
+inline device*& current_device() {
+  thread_local device* d = nullptr;
+  return d;
+}
+}  // namespace detail
+
+// The device this thread runs as; set by typemesh::launch.
+inline device& this_device() {
+  device* d = detail::current_device();
+  if (!d) throw device_error("no device runs on this thread: call this inside typemesh::launch");
+  return *d;
+}
+
+}  // namespace typemesh

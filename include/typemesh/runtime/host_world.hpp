@@ -1,0 +1,334 @@
+// The host-thread backend: N simulated devices as N threads of one process.
+// Collectives meet at a rendezvous per group; each member publishes its
+// buffers and then reads the parts it needs from its peers' memory, which is
+// exactly the traffic the device counts (a reduce-scatter then an allgather
+// for allreduce). Reductions run in member order, so every member gets
+// bit-identical results.
+//
+// Nothing waits forever: a wait gives up after the world's timeout with an
+// error naming the collective, the group and the devices that never came, and
+// when any device fails, every waiting device stops with that device's message.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "typemesh/core/error.hpp"
+#include "typemesh/core/group.hpp"
+#include "typemesh/runtime/communicator.hpp"
+#include "typemesh/runtime/dtype.hpp"
+#include "typemesh/runtime/traffic.hpp"
+
+namespace typemesh {
+
+class host_world {
+ public:
+  host_world(int devices, std::chrono::milliseconds timeout) : size_(devices), timeout_(timeout) {
+    if (devices < 1) throw device_error(detail::cat("a run needs at least one device, not ", devices));
+  }
+
+  int size() const { return size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // Stops every device that waits now or later. The first reason wins.
+  void abort(int device, const std::string& reason) {
+    std::lock_guard lk(abort_mutex_);
+    if (!aborted_.load()) {
+      abort_reason_ = detail::cat("device ", device, " failed: ", reason);
+      aborted_.store(true);
+    }
+  }
+  bool aborted() const { return aborted_.load(); }
+
+  [[noreturn]] void throw_aborted(int device, const std::string& where) const {
+    std::lock_guard lk(abort_mutex_);
+    throw aborted_error(detail::cat("device ", device, " stopped in ", where, " because ", abort_reason_));
+  }
+
+  // What one member publishes for a collective.
+  struct call {
+    op_kind kind{};
+    std::size_t count = 0;
+    dtype type{};
+    reduce_op op{};
+    int root = 0;
+    const void* in = nullptr;
+    void* out = nullptr;
+    friend bool operator==(const call& a, const call& b) {
+      return a.kind == b.kind && a.count == b.count && a.type == b.type && a.op == b.op && a.root == b.root;
+    }
+  };
+
+  // The meeting place of one group.
+  struct rendezvous {
+    explicit rendezvous(std::size_t members) : arrived(members, 0), calls(members) {}
+    std::mutex m;
+    std::condition_variable cv;
+    int waiting = 0;
+    std::uint64_t generation = 0;
+    std::vector<std::uint64_t> arrived;  // generation + 1 at each member's last arrival
+    std::vector<call> calls;
+  };
+
+  rendezvous& rendezvous_for(const group& g) {
+    std::lock_guard lk(registry_mutex_);
+    auto& r = groups_[g.devices];
+    if (!r) r = std::make_unique<rendezvous>(g.devices.size());
+    return *r;
+  }
+
+  // Waits until every member of g has arrived. `what` names the collective.
+  void arrive_and_wait(rendezvous& r, const group& g, int member, int device, std::string_view what) {
+    std::unique_lock lk(r.m);
+    const std::uint64_t gen = r.generation;
+    r.arrived[member] = gen + 1;
+    if (++r.waiting == g.size()) {
+      r.waiting = 0;
+      ++r.generation;
+      r.cv.notify_all();
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (r.generation == gen) {
+      if (aborted()) {
+        lk.unlock();
+        throw_aborted(device, detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, ")"));
+      }
+      auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        std::vector<int> missing;
+        for (int i = 0; i < g.size(); ++i)
+          if (r.arrived[i] != gen + 1) missing.push_back(g.devices[i]);
+        throw timeout_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, ") on device ",
+                                        device, " timed out after ", timeout_.count(), " ms: devices ",
+                                        detail::list(missing), " never arrived"));
+      }
+      r.cv.wait_until(lk, std::min(deadline, now + poll_interval));
+    }
+  }
+
+  // Point-to-point messages, buffered at the receiver.
+  struct message {
+    dtype type{};
+    std::size_t count = 0;
+    std::vector<std::byte> bytes;
+  };
+
+  void post(int from, int to, int tag, message msg) {
+    std::lock_guard lk(mail_mutex_);
+    mail_[{from, to, tag}].push_back(std::move(msg));
+    mail_cv_.notify_all();
+  }
+
+  message take(int from, int to, int tag) {
+    std::unique_lock lk(mail_mutex_);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    auto key = std::make_tuple(from, to, tag);
+    for (;;) {
+      auto it = mail_.find(key);
+      if (it != mail_.end() && !it->second.empty()) {
+        message msg = std::move(it->second.front());
+        it->second.pop_front();
+        return msg;
+      }
+      if (aborted()) {
+        lk.unlock();
+        throw_aborted(to, detail::cat("recv from device ", from, " (tag ", tag, ")"));
+      }
+      auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        throw timeout_error(detail::cat("recv on device ", to, " from device ", from, " (tag ", tag,
+                                        ") timed out after ", timeout_.count(), " ms: no message arrived"));
+      }
+      mail_cv_.wait_until(lk, std::min(deadline, now + poll_interval));
+    }
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds poll_interval{20};
+
+  int size_;
+  std::chrono::milliseconds timeout_;
+
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex abort_mutex_;
+  std::string abort_reason_;
+
+  std::mutex registry_mutex_;
+  std::map<std::vector<int>, std::unique_ptr<rendezvous>> groups_;
+
+  std::mutex mail_mutex_;
+  std::condition_variable mail_cv_;
+  std::map<std::tuple<int, int, int>, std::deque<message>> mail_;
+};
+
+// One device's view of a host_world; a model of typemesh::communicator.
+class host_communicator {
+ public:
+  host_communicator(host_world& world, int device) : world_(&world), device_(device) {}
+
+  int device() const { return device_; }
+  int device_count() const { return world_->size(); }
+
+  void allreduce(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
+    with_dtype(t, [&]<class T>() {
+      const std::size_t gs = g.size();
+      auto chunk_begin = [&](std::size_t m) { return m * n / gs; };
+      session s(*this, g, {op_kind::allreduce, n, t, op, 0, in, out});
+      // Phase 1: reduce this member's chunk from every member's input.
+      std::size_t b = chunk_begin(s.member), e = chunk_begin(s.member + 1);
+      std::vector<T> mine(e - b);
+      reduce_into<T>(mine.data(), s.inputs<T>(), b, e - b, op);
+      s.publish_scratch(mine.data());
+      s.wait("allreduce");
+      // Phase 2: gather the reduced chunks.
+      for (std::size_t j = 0; j < gs; ++j) {
+        const T* src = static_cast<const T*>(s.r.calls[j].out);
+        std::memcpy(static_cast<T*>(out) + chunk_begin(j), src, (chunk_begin(j + 1) - chunk_begin(j)) * sizeof(T));
+      }
+    });
+  }
+
+  void allgather(const group& g, const void* in, void* out, std::size_t n, dtype t) {
+    session s(*this, g, {op_kind::allgather, n, t, {}, 0, in, out});
+    const std::size_t bytes = n * size_of(t);
+    for (int j = 0; j < g.size(); ++j)
+      std::memcpy(static_cast<std::byte*>(out) + j * bytes, s.r.calls[j].in, bytes);
+  }
+
+  void reduce_scatter(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
+    with_dtype(t, [&]<class T>() {
+      session s(*this, g, {op_kind::reduce_scatter, n, t, op, 0, in, out});
+      reduce_into<T>(static_cast<T*>(out), s.inputs<T>(), s.member * n, n, op);
+    });
+  }
+
+  void alltoall(const group& g, const void* in, void* out, std::size_t n, dtype t) {
+    session s(*this, g, {op_kind::alltoall, n, t, {}, 0, in, out});
+    const std::size_t bytes = n * size_of(t);
+    for (int j = 0; j < g.size(); ++j) {
+      std::memcpy(static_cast<std::byte*>(out) + j * bytes,
+                  static_cast<const std::byte*>(s.r.calls[j].in) + s.member * bytes, bytes);
+    }
+  }
+
+  void broadcast(const group& g, void* buffer, std::size_t n, dtype t, int root) {
+    session s(*this, g, {op_kind::broadcast, n, t, {}, root, buffer, buffer});
+    if (s.member != root) std::memcpy(buffer, s.r.calls[root].in, n * size_of(t));
+  }
+
+  void send(int to, const void* in, std::size_t n, dtype t, int tag) {
+    host_world::message msg{t, n, std::vector<std::byte>(n * size_of(t))};
+    std::memcpy(msg.bytes.data(), in, msg.bytes.size());
+    world_->post(device_, to, tag, std::move(msg));
+  }
+
+  void recv(int from, void* out, std::size_t n, dtype t, int tag) {
+    host_world::message msg = world_->take(from, device_, tag);
+    if (msg.type != t || msg.count != n) {
+      throw collective_error(detail::cat("device ", device_, " expects ", n, " ", name_of(t), " from device ", from,
+                                         " (tag ", tag, "), but the message holds ", msg.count, " ",
+                                         name_of(msg.type)));
+    }
+    std::memcpy(out, msg.bytes.data(), msg.bytes.size());
+  }
+
+  void barrier(const group& g) { session s(*this, g, {op_kind::barrier, 0, dtype::u8, {}, 0, nullptr, nullptr}); }
+
+ private:
+  // One collective from this member's side: publish, meet, check that every
+  // member called the same thing, and (on leaving) wait until no peer reads
+  // this member's buffers any more.
+  struct session {
+    session(host_communicator& c, const group& grp, host_world::call mine)
+        : comm(c), g(grp), r(c.world_->rendezvous_for(grp)), member(grp.index_of(c.device_)) {
+      {
+        std::lock_guard lk(r.m);
+        r.calls[member] = mine;
+      }
+      wait(name_of(mine.kind));
+      for (int j = 0; j < g.size(); ++j) {
+        if (!(r.calls[j] == mine)) mismatch();
+      }
+    }
+    // The closing meeting is skipped while unwinding: the run is failing then.
+    ~session() noexcept(false) {
+      if (std::uncaught_exceptions() == exceptions_at_start) wait(name_of(r.calls[member].kind));
+    }
+    session(const session&) = delete;
+    session& operator=(const session&) = delete;
+
+    void wait(std::string_view what) { comm.world_->arrive_and_wait(r, g, member, comm.device_, what); }
+
+    void publish_scratch(void* p) {
+      std::lock_guard lk(r.m);
+      r.calls[member].out = p;
+    }
+
+    template <class T>
+    std::vector<const T*> inputs() const {
+      std::vector<const T*> v(g.size());
+      for (int j = 0; j < g.size(); ++j) v[j] = static_cast<const T*>(r.calls[j].in);
+      return v;
+    }
+
+    [[noreturn]] void mismatch() const {
+      std::string calls;
+      for (int j = 0; j < g.size(); ++j) {
+        const auto& c = r.calls[j];
+        calls += detail::cat(j ? "; " : "", "device ", g.devices[j], " calls ", name_of(c.kind), " of ", c.count, " ",
+                             name_of(c.type));
+        if (c.kind == op_kind::allreduce || c.kind == op_kind::reduce_scatter) calls += detail::cat(" (", name_of(c.op), ")");
+        if (c.kind == op_kind::broadcast) calls += detail::cat(" from member ", c.root);
+      }
+      throw collective_error(detail::cat("the members of group ", detail::list(g.devices), " (", g.label,
+                                         ") disagree on the collective: ", calls));
+    }
+
+    host_communicator& comm;
+    const group& g;
+    host_world::rendezvous& r;
+    int member;
+    int exceptions_at_start = std::uncaught_exceptions();
+  };
+
+  template <class T>
+  static void reduce_into(T* out, const std::vector<const T*>& in, std::size_t offset, std::size_t n, reduce_op op) {
+    std::memcpy(out, in[0] + offset, n * sizeof(T));
+    for (std::size_t j = 1; j < in.size(); ++j) {
+      const T* src = in[j] + offset;
+      switch (op) {
+        case reduce_op::sum:
+          for (std::size_t i = 0; i < n; ++i) out[i] += src[i];
+          break;
+        case reduce_op::max:
+          for (std::size_t i = 0; i < n; ++i) out[i] = std::max(out[i], src[i]);
+          break;
+        case reduce_op::min:
+          for (std::size_t i = 0; i < n; ++i) out[i] = std::min(out[i], src[i]);
+          break;
+        case reduce_op::prod:
+          for (std::size_t i = 0; i < n; ++i) out[i] *= src[i];
+          break;
+      }
+    }
+  }
+
+  host_world* world_;
+  int device_;
+};
+
+static_assert(communicator<host_communicator>);
+
+}  // namespace typemesh

@@ -1,0 +1,105 @@
+// The SPMD launcher: runs one function on every device and returns when all
+// are done.
+//
+//   typemesh::launch(8, [](typemesh::device& dev) { ... });
+//   auto losses = typemesh::launch(8, [](typemesh::device& dev) { return loss; });
+//
+// With the host backend each device is a thread of this process. If any
+// device throws, the others stop at their next wait and the launcher rethrows
+// the first device's exception.
+#pragma once
+
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "typemesh/core/error.hpp"
+#include "typemesh/runtime/device.hpp"
+#include "typemesh/runtime/host_world.hpp"
+
+namespace typemesh {
+
+struct launch_options {
+  int devices = 1;
+  // How long any one wait (a collective, a recv) may take before it fails.
+  std::chrono::milliseconds timeout{60'000};
+};
+
+namespace detail {
+
+inline std::string describe_exception(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+template <class F>
+decltype(auto) call_on(F& f, device& d) {
+  if constexpr (std::is_invocable_v<F&, device&>) return f(d);
+  else return f();
+}
+
+}  // namespace detail
+
+// Runs f on every device; f takes a typemesh::device& or nothing. Returns the
+// per-device results, indexed by device id, when f returns a value.
+template <class F>
+auto launch(const launch_options& options, F&& f) {
+  using result = decltype(detail::call_on(f, std::declval<device&>()));
+  constexpr bool returns = !std::is_void_v<result>;
+  using slot = std::conditional_t<returns, std::optional<std::decay_t<result>>, char>;
+
+  host_world world(options.devices, options.timeout);
+  std::vector<slot> results(options.devices);
+  std::mutex failure_mutex;
+  std::exception_ptr first_failure;
+
+  auto body = [&](int id) {
+    device dev{host_communicator(world, id)};
+    detail::current_device() = &dev;
+    try {
+      if constexpr (returns) results[id].emplace(detail::call_on(f, dev));
+      else detail::call_on(f, dev);
+    } catch (const aborted_error&) {
+      // Stopped because another device failed; that device's error is rethrown.
+    } catch (...) {
+      std::exception_ptr e = std::current_exception();
+      {
+        std::lock_guard lk(failure_mutex);
+        if (!first_failure) first_failure = e;
+      }
+      world.abort(id, detail::describe_exception(e));
+    }
+    detail::current_device() = nullptr;
+  };
+
+  std::vector<std::thread> threads;
+  threads.reserve(options.devices);
+  for (int id = 0; id < options.devices; ++id) threads.emplace_back(body, id);
+  for (auto& t : threads) t.join();
+  if (first_failure) std::rethrow_exception(first_failure);
+
+  if constexpr (returns) {
+    std::vector<std::decay_t<result>> out;
+    out.reserve(options.devices);
+    for (auto& r : results) out.push_back(std::move(*r));
+    return out;
+  }
+}
+
+template <class F>
+auto launch(int devices, F&& f) {
+  return launch(launch_options{.devices = devices}, std::forward<F>(f));
+}
+
+}  // namespace typemesh

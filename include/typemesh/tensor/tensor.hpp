@@ -1,0 +1,88 @@
+// The distributed tensor. Its type is (element, shape, layout, mesh); its
+// value is this device's slice plus the global extents. On a device outside
+// the tensor's mesh it holds nothing, and operations on it do nothing.
+//
+//   using act = typemesh::tensor<float, typemesh::shape<batch, k>,
+//                                typemesh::layout<batch(axis0)>, lstm_mesh>;
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "typemesh/backend/kernels.hpp"
+#include "typemesh/backend/storage.hpp"
+#include "typemesh/core/error.hpp"
+#include "typemesh/core/placement.hpp"
+#include "typemesh/runtime/device.hpp"
+
+namespace typemesh {
+
+template <class T, class Shape, class Layout, class Mesh>
+class tensor {
+  static_assert(is_shape<Shape>, "typemesh: the second argument of tensor<> must be a typemesh::shape<...>");
+  static_assert(is_layout<Layout>, "typemesh: the third argument of tensor<> must be a typemesh::layout<...>");
+  static_assert(is_mesh<Mesh>, "typemesh: the fourth argument of tensor<> must be a typemesh::mesh<...>");
+
+ public:
+  using value_type = T;
+  using shape_type = Shape;
+  using layout_type = Layout;
+  using mesh_type = Mesh;
+  using geometry = placement<Shape, Layout, Mesh>;
+  static constexpr std::size_t rank = Shape::rank;
+
+  // A zero-filled tensor on this thread's device.
+  tensor(const Mesh& m, const Shape& s) : tensor(m, s, this_device()) {}
+
+  tensor(const Mesh& m, const Shape& s, device& dev) : mesh_(m), shape_(s), device_(dev.id()) {
+    geometry::check(s, m);
+    for (int d : m.devices()) {
+      if (d >= dev.count()) {
+        throw device_error(detail::cat(m.describe(), " names device ", d, ", but the run has ", dev.count(),
+                                       " devices (0 to ", dev.count() - 1, ")"));
+      }
+    }
+    if (auto c = m.coordinate_of(device_)) {
+      slice_ = geometry::slice_at(s, m, *c);
+      local_.resize(slice_.elements(), T{});
+    }
+  }
+
+  const Mesh& mesh() const { return mesh_; }
+  const Shape& shape() const { return shape_; }
+  int device() const { return device_; }
+
+  // False on a device outside the mesh, which holds nothing.
+  bool holds_data() const { return mesh_.contains(device_); }
+
+  // This device's slice of the global index space (empty outside the mesh).
+  const box<rank>& slice() const { return slice_; }
+  const std::array<std::int64_t, rank>& local_extent() const { return slice_.extent; }
+
+  // Any device's slice, or nothing for a device outside the mesh.
+  std::optional<box<rank>> slice_of(int dev) const { return geometry::slice_of(shape_, mesh_, dev); }
+
+  std::span<T> local() { return backend::view(local_); }
+  std::span<const T> local() const { return backend::view(local_); }
+  backend::storage<T>& storage() { return local_; }
+  const backend::storage<T>& storage() const { return local_; }
+
+  // The local slice as a region of itself, for box copies.
+  backend::region<rank> local_region() const { return {slice_.extent, {}}; }
+
+ private:
+  Mesh mesh_;
+  Shape shape_;
+  int device_;
+  box<rank> slice_{};
+  backend::storage<T> local_;
+};
+
+template <class T>
+inline constexpr bool is_tensor = false;
+template <class T, class S, class L, class M>
+inline constexpr bool is_tensor<tensor<T, S, L, M>> = true;
+
+}  // namespace typemesh

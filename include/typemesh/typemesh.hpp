@@ -1,0 +1,28 @@
+// typemesh: hybrid-parallel tensors whose dims, mesh axes and layouts are
+// types. This header brings in the whole library.
+#pragma once
+
+// core: dims, axes, shapes, meshes, layouts, slices, diagnostics
+#include "typemesh/core/dim.hpp"
+#include "typemesh/core/error.hpp"
+#include "typemesh/core/group.hpp"
+#include "typemesh/core/layout.hpp"
+#include "typemesh/core/mesh.hpp"
+#include "typemesh/core/placement.hpp"
+#include "typemesh/core/shape.hpp"
+
+// runtime: devices, communicators, the launcher
+#include "typemesh/runtime/communicator.hpp"
+#include "typemesh/runtime/device.hpp"
+#include "typemesh/runtime/host_world.hpp"
+#include "typemesh/runtime/launch.hpp"
+
+// backend and tensor
+#include "typemesh/backend/kernels.hpp"
+#include "typemesh/tensor/collectives.hpp"
+#include "typemesh/tensor/elementwise.hpp"
+#include "typemesh/tensor/host_tensor.hpp"
+#include "typemesh/tensor/import_export.hpp"
+#include "typemesh/tensor/tensor.hpp"
+
+#include "typemesh/version.hpp"
