@@ -185,10 +185,10 @@ class host_communicator {
     with_dtype(t, [&]<class T>() {
       const std::size_t gs = g.size();
       auto chunk_begin = [&](std::size_t m) { return m * n / gs; };
+      const std::size_t me = g.index_of(device_), b = chunk_begin(me), e = chunk_begin(me + 1);
+      std::vector<T> mine(e - b);  // outlives the session: peers read it until the closing meeting
       session s(*this, g, {op_kind::allreduce, n, t, op, 0, in, out});
       // Phase 1: reduce this member's chunk from every member's input.
-      std::size_t b = chunk_begin(s.member), e = chunk_begin(s.member + 1);
-      std::vector<T> mine(e - b);
       reduce_into<T>(mine.data(), s.inputs<T>(), b, e - b, op);
       s.publish_scratch(mine.data());
       s.wait("allreduce");

@@ -1,0 +1,277 @@
+// The compile-time vocabulary and its runtime geometry: slices and groups
+// against brute force on random meshes and layouts, and every runtime check.
+#include <algorithm>
+#include <array>
+#include <map>
+#include <numeric>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+using namespace tt;
+using typemesh::layout;
+using typemesh::mesh;
+using typemesh::shape;
+
+// --- Layout algebra, checked at compile time ---------------------------------
+
+using L = layout<d0(a0), d2(a2)>;
+static_assert(L::splits<d0> && !L::splits<d1> && L::splits<d2>);
+static_assert(L::uses<a0> && !L::uses<a1>);
+static_assert(std::is_same_v<L::axis_of<d2>, a2> && std::is_same_v<L::axis_of<d1>, void>);
+static_assert(std::is_same_v<L::dim_on<a0>, d0> && std::is_same_v<L::dim_on<a1>, void>);
+static_assert(std::is_same_v<L::without<d0>, layout<d2(a2)>>);
+static_assert(std::is_same_v<L::with<d1, a1>, layout<d0(a0), d2(a2), d1(a1)>>);
+// The arrow spelling names the same mapping.
+static_assert(std::is_same_v<layout<auto(d0)->a0>::axis_of<d0>, a0>);
+static_assert(shape<d0, d1, d2>::index_of<d2> == 2 && !shape<d0>::has<d1>);
+
+// --- Random layouts: every injective map of {d0,d1,d2} into a mesh's axes ----
+
+template <class... E>
+struct list {};
+template <class A, class B>
+struct concat;
+template <class... A, class... B>
+struct concat<list<A...>, list<B...>> {
+  using type = list<A..., B...>;
+};
+template <class D, int Code>
+struct entry {
+  using type = list<>;
+};
+template <class D, int Code>
+  requires(Code > 0)
+struct entry<D, Code> {
+  using type = list<D(axis_n<Code - 1>)>;
+};
+template <class List>
+struct as_layout;
+template <class... E>
+struct as_layout<list<E...>> {
+  using type = layout<E...>;
+};
+// Code c0 + 4 c1 + 16 c2; digit 0 leaves the dim whole, k puts it on axis k-1.
+template <int Code>
+using layout_of = typename as_layout<typename concat<
+    typename concat<typename entry<d0, Code % 4>::type, typename entry<d1, Code / 4 % 4>::type>::type,
+    typename entry<d2, Code / 16>::type>::type>::type;
+
+constexpr bool valid_code(int code, int mesh_rank) {
+  int c[3] = {code % 4, code / 4 % 4, code / 16};
+  for (int i = 0; i < 3; ++i) {
+    if (c[i] > mesh_rank) return false;
+    for (int j = 0; j < i; ++j)
+      if (c[i] && c[i] == c[j]) return false;
+  }
+  return true;
+}
+
+template <int R>
+struct mesh_of;
+template <>
+struct mesh_of<1> {
+  using type = mesh<"m1", a0>;
+};
+template <>
+struct mesh_of<2> {
+  using type = mesh<"m2", a0, a1>;
+};
+template <>
+struct mesh_of<3> {
+  using type = mesh<"m3", a0, a1, a2>;
+};
+
+struct trial {
+  std::vector<int> axis_sizes;
+  std::vector<int> devices;
+  std::array<std::int64_t, 3> dims;
+};
+
+// Coordinates of every mesh position, written out by counting, independently
+// of the mesh's own arithmetic.
+std::vector<std::vector<int>> coordinates_by_counting(const std::vector<int>& sizes) {
+  std::vector<std::vector<int>> all;
+  std::vector<int> c(sizes.size(), 0);
+  for (;;) {
+    all.push_back(c);
+    int a = static_cast<int>(sizes.size()) - 1;
+    while (a >= 0 && ++c[a] == sizes[a]) c[a--] = 0;
+    if (a < 0) return all;
+  }
+}
+
+template <int R, int Code>
+void check_geometry(const trial& t) {
+  if constexpr (valid_code(Code, R)) {
+    using M = typename mesh_of<R>::type;
+    using Lay = layout_of<Code>;
+    using P = typemesh::placement<shape<d0, d1, d2>, Lay, M>;
+    std::array<int, R> sizes{};
+    std::copy(t.axis_sizes.begin(), t.axis_sizes.end(), sizes.begin());
+    M m(sizes, t.devices);
+    shape<d0, d1, d2> s{t.dims[0], t.dims[1], t.dims[2]};
+    const int digits[3] = {Code % 4, Code / 4 % 4, Code / 16};
+
+    auto coords = coordinates_by_counting(t.axis_sizes);
+    std::vector<int> owners(s.elements(), 0);
+    for (std::size_t p = 0; p < t.devices.size(); ++p) {
+      const int dev = t.devices[p];
+      ASSERT_EQ(m.coordinate_of(dev)->at(0), coords[p][0]);
+      std::array<std::int64_t, 3> lo{s[0], s[1], s[2]}, hi{-1, -1, -1};
+      std::int64_t held = 0;
+      for (std::int64_t i = 0; i < s[0]; ++i)
+        for (std::int64_t j = 0; j < s[1]; ++j)
+          for (std::int64_t k = 0; k < s[2]; ++k) {
+            std::array<std::int64_t, 3> e{i, j, k};
+            bool mine = true;
+            for (int d = 0; d < 3; ++d) {
+              if (!digits[d]) continue;
+              int a = digits[d] - 1;
+              std::int64_t block = s[d] / t.axis_sizes[a];
+              mine = mine && e[d] / block == coords[p][a];
+            }
+            if (!mine) continue;
+            ++held;
+            ++owners[(i * s[1] + j) * s[2] + k];
+            for (int d = 0; d < 3; ++d) lo[d] = std::min(lo[d], e[d]), hi[d] = std::max(hi[d], e[d]);
+          }
+      auto b = P::slice_of(s, m, dev);
+      ASSERT_TRUE(b.has_value());
+      for (int d = 0; d < 3; ++d) {
+        EXPECT_EQ(b->begin[d], lo[d]) << "dim " << d << " device " << dev << " code " << Code;
+        EXPECT_EQ(b->extent[d], hi[d] - lo[d] + 1) << "dim " << d << " device " << dev << " code " << Code;
+      }
+      EXPECT_EQ(b->elements(), held);  // the owned elements form exactly that box
+    }
+    // Each element is held once per replica: the product of the unused axes.
+    int replicas = 1;
+    for (int a = 0; a < R; ++a)
+      if (std::find(std::begin(digits), std::end(digits), a + 1) == std::end(digits)) replicas *= t.axis_sizes[a];
+    for (int o : owners) ASSERT_EQ(o, replicas);
+    // A device outside the mesh holds nothing.
+    EXPECT_FALSE(P::slice_of(s, m, 1000).has_value());
+  }
+}
+
+template <int R, int... Codes>
+constexpr auto table(std::integer_sequence<int, Codes...>) {
+  return std::array<void (*)(const trial&), sizeof...(Codes)>{&check_geometry<R, Codes>...};
+}
+
+TEST(Geometry, SlicesMatchBruteForceOnRandomMeshesAndLayouts) {
+  std::mt19937 rng(7);
+  const auto tables = std::make_tuple(table<1>(std::make_integer_sequence<int, 64>{}),
+                                      table<2>(std::make_integer_sequence<int, 64>{}),
+                                      table<3>(std::make_integer_sequence<int, 64>{}));
+  int checked = 0;
+  for (int n = 0; n < 400; ++n) {
+    int rank = 1 + rng() % 3;
+    trial t;
+    do {
+      t.axis_sizes.assign(rank, 0);
+      for (auto& a : t.axis_sizes) a = 1 + rng() % 8;
+    } while (std::accumulate(t.axis_sizes.begin(), t.axis_sizes.end(), 1, std::multiplies<>()) > 32);
+    int count = std::accumulate(t.axis_sizes.begin(), t.axis_sizes.end(), 1, std::multiplies<>());
+    std::vector<int> ids(100);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    t.devices.assign(ids.begin(), ids.begin() + count);
+    int code;
+    do code = rng() % 64;
+    while (!valid_code(code, rank));
+    int digits[3] = {code % 4, code / 4 % 4, code / 16};
+    for (int d = 0; d < 3; ++d) t.dims[d] = (digits[d] ? t.axis_sizes[digits[d] - 1] : 1) * (1 + rng() % 3);
+    switch (rank) {
+      case 1: std::get<0>(tables)[code](t); break;
+      case 2: std::get<1>(tables)[code](t); break;
+      default: std::get<2>(tables)[code](t); break;
+    }
+    ++checked;
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_EQ(checked, 400);
+}
+
+// Groups along any subset of axes, against the definition: same coordinates
+// on the other axes, ordered row-major over the chosen ones.
+TEST(Geometry, GroupsAlongAxesMatchBruteForce) {
+  using M = mesh<"g", a0, a1, a2>;
+  std::mt19937 rng(11);
+  for (int n = 0; n < 50; ++n) {
+    std::array<int, 3> sizes{1 + int(rng() % 4), 1 + int(rng() % 4), 1 + int(rng() % 4)};
+    int count = sizes[0] * sizes[1] * sizes[2];
+    std::vector<int> devices(count);
+    std::iota(devices.begin(), devices.end(), 0);
+    std::shuffle(devices.begin(), devices.end(), rng);
+    M m(sizes, devices);
+    auto coords = coordinates_by_counting({sizes[0], sizes[1], sizes[2]});
+    for (int mask = 0; mask < 8; ++mask) {
+      std::array<bool, 3> along{bool(mask & 1), bool(mask & 2), bool(mask & 4)};
+      for (int p = 0; p < count; ++p) {
+        std::vector<int> expected;  // positions in row-major order are already sorted by the chosen axes
+        for (int q = 0; q < count; ++q) {
+          bool same = true;
+          for (int a = 0; a < 3; ++a) same = same && (along[a] || coords[q][a] == coords[p][a]);
+          if (same) expected.push_back(devices[q]);
+        }
+        EXPECT_EQ(m.group_along(devices[p], along).devices, expected);
+      }
+    }
+    EXPECT_EQ(m.group_along<a1>(devices[0]).label, "mesh 'g' along {a1}");
+  }
+}
+
+// The seed's device relations: all, halves, swapped, interleaved.
+TEST(Geometry, SeedMeshRelations) {
+  using M = mesh<"m", a0>;
+  std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7}, first{0, 1, 2, 3}, second{4, 5, 6, 7};
+  std::vector<int> swapped{4, 5, 6, 7, 0, 1, 2, 3}, interleaved{0, 4, 1, 5, 2, 6, 3, 7};
+  EXPECT_EQ(M({8}, all).coordinate_of(5)->at(0), 5);
+  EXPECT_FALSE(M({4}, first).contains(5));
+  EXPECT_EQ(M({4}, second).coordinate_of(5)->at(0), 1);
+  EXPECT_EQ(M({8}, swapped).coordinate_of(0)->at(0), 4);
+  EXPECT_EQ(M({8}, interleaved).coordinate_of(4)->at(0), 1);
+  using M2 = mesh<"m2", a0, a1>;
+  M2 grid({2, 4}, swapped);  // row 0 is the second half
+  EXPECT_EQ(grid.device_at({0, 3}), 7);
+  EXPECT_EQ(grid.device_at({1, 0}), 0);
+}
+
+// --- Runtime checks -------------------------------------------------------
+
+TEST(Errors, IndivisibleDimNamesDimAxisAndSizes) {
+  using M = mesh<"lstm", a0, a1>;
+  M m({2, 4});
+  shape<d0, d1> s{6, 10};
+  expect_error<typemesh::shape_error>(
+      [&] { typemesh::slice_of<layout<d0(a0), d1(a1)>>(s, m, 0); },
+      {"dim d1", "size 10", "axis a1", "size 4", "not divisible", "mesh 'lstm'"});
+}
+
+TEST(Errors, DeviceListOfWrongLength) {
+  using M = mesh<"embed", a0, a1>;
+  expect_error<typemesh::shape_error>([] { M({2, 4}, {0, 1, 2}); },
+                                      {"mesh 'embed'", "a0=2 a1=4", "needs 8 devices", "[0 1 2]", "has 3"});
+}
+
+TEST(Errors, BadAxisSizesAndDeviceIds) {
+  using M = mesh<"m", a0, a1>;
+  expect_error<typemesh::shape_error>([] { M({0, 4}); }, {"axis a0", "size 0"});
+  expect_error<typemesh::device_error>([] { M({2, 2}, {0, 1, 1, 2}); }, {"device 1 appears twice"});
+  expect_error<typemesh::device_error>([] { M({2, 1}, {0, -3}); }, {"negative device id -3"});
+  M m({2, 2});
+  expect_error<typemesh::device_error>([&] { m.device_at({2, 0}); }, {"coordinate 2", "axis a0", "size 2"});
+  expect_error<typemesh::device_error>([&] { m.group_along<a0>(9); }, {"device 9 is not in mesh 'm'"});
+  expect_error<typemesh::shape_error>([] { shape<d0, d1>(3, -1); }, {"dim d1", "negative size -1"});
+}
+
+TEST(Errors, ShapeDescribesItself) {
+  EXPECT_EQ((shape<d0, d2>{3, 5}.describe()), "[d0=3 d2=5]");
+  EXPECT_EQ((shape<d0, d2>{3, 5}.size<d2>()), 5);
+}
+
+}  // namespace

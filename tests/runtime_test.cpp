@@ -1,0 +1,324 @@
+// The host-thread communicator: every collective against a serial reference
+// on random groups, the bytes it counts, and every way a run can go wrong.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+using namespace tt;
+using typemesh::device;
+using typemesh::group;
+using typemesh::launch;
+using typemesh::reduce_op;
+
+// The value device d contributes at index i.
+template <class T>
+T input(int d, std::size_t i, int salt) {
+  return static_cast<T>(((d * 131 + static_cast<int>(i) * 7 + salt * 17) % 23) - 11);
+}
+
+// Splits the devices into groups of random sizes and random member order.
+std::vector<group> random_groups(int devices, std::mt19937& rng) {
+  std::vector<int> order(devices);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<group> groups;
+  for (std::size_t at = 0; at < order.size();) {
+    std::size_t n = 1 + rng() % (order.size() - at);
+    groups.push_back({{order.begin() + at, order.begin() + at + n}, "random"});
+    at += n;
+  }
+  return groups;
+}
+
+const group& group_of(const std::vector<group>& groups, int d) {
+  for (const auto& g : groups)
+    if (g.index_of(d) >= 0) return g;
+  throw std::logic_error("no group");
+}
+
+template <class T>
+T reduce(reduce_op op, T a, T b) {
+  switch (op) {
+    case reduce_op::sum: return a + b;
+    case reduce_op::max: return std::max(a, b);
+    case reduce_op::min: return std::min(a, b);
+    case reduce_op::prod: return a * b;
+  }
+  return a;
+}
+
+template <class T>
+void check_allreduce(reduce_op op, std::mt19937& rng) {
+  const int devices = 1 + rng() % 8;
+  const std::size_t n = rng() % 40;
+  auto groups = random_groups(devices, rng);
+  auto results = launch(devices, [&](device& dev) {
+    std::vector<T> in(n), out(n);
+    for (std::size_t i = 0; i < n; ++i) in[i] = input<T>(dev.id(), i, 1);
+    dev.allreduce<T>(group_of(groups, dev.id()), in, out, op);
+    return out;
+  });
+  for (int d = 0; d < devices; ++d) {
+    const group& g = group_of(groups, d);
+    for (std::size_t i = 0; i < n; ++i) {
+      T expected = input<T>(g.devices[0], i, 1);
+      for (int m = 1; m < g.size(); ++m) expected = reduce(op, expected, input<T>(g.devices[m], i, 1));
+      ASSERT_EQ(results[d][i], expected) << "device " << d << " element " << i;
+    }
+  }
+}
+
+TEST(Collectives, AllreduceMatchesSerialOnRandomGroups) {
+  std::mt19937 rng(1);
+  for (int rep = 0; rep < 20; ++rep) {
+    check_allreduce<float>(reduce_op::sum, rng);
+    check_allreduce<double>(reduce_op::max, rng);
+    check_allreduce<std::int32_t>(reduce_op::min, rng);
+    check_allreduce<std::int64_t>(reduce_op::prod, rng);
+  }
+}
+
+TEST(Collectives, AllreduceInPlaceGivesBitIdenticalResultsOnAllMembers) {
+  auto results = launch(8, [](device& dev) {
+    std::vector<float> v(1000);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 1.0f / (1 + dev.id() + i % 13) + 1e-7f * i;
+    dev.allreduce<float>(group{{3, 1, 4, 0, 5, 2, 7, 6}, "all"}, v);
+    return v;
+  });
+  for (int d = 1; d < 8; ++d) EXPECT_EQ(results[d], results[0]);
+}
+
+TEST(Collectives, AllgatherReduceScatterAlltoallBroadcastMatchSerial) {
+  std::mt19937 rng(2);
+  for (int rep = 0; rep < 30; ++rep) {
+    const int devices = 1 + rng() % 8;
+    const std::size_t n = rng() % 9;
+    auto groups = random_groups(devices, rng);
+    std::vector<int> roots;
+    for (const auto& g : groups) roots.push_back(rng() % g.size());
+    struct out {
+      std::vector<float> gathered, scattered, exchanged, broadcast;
+      typemesh::traffic traffic;
+    };
+    auto results = launch(devices, [&](device& dev) {
+      const group& g = group_of(groups, dev.id());
+      const int root = roots[&g - groups.data()];
+      const std::size_t gs = g.size();
+      out o;
+      std::vector<float> mine(n), blocks(gs * n);
+      for (std::size_t i = 0; i < n; ++i) mine[i] = input<float>(dev.id(), i, 2);
+      for (std::size_t i = 0; i < gs * n; ++i) blocks[i] = input<float>(dev.id(), i, 3);
+      o.gathered.resize(gs * n);
+      dev.allgather<float>(g, mine, o.gathered);
+      o.scattered.resize(n);
+      dev.reduce_scatter<float>(g, blocks, o.scattered);
+      o.exchanged.resize(gs * n);
+      dev.alltoall<float>(g, blocks, o.exchanged);
+      o.broadcast = mine;
+      dev.broadcast<float>(g, o.broadcast, root);
+      o.traffic = dev.traffic();
+      return o;
+    });
+    for (int d = 0; d < devices; ++d) {
+      const group& g = group_of(groups, d);
+      const std::size_t gs = g.size();
+      const int me = g.index_of(d), root = roots[&g - groups.data()];
+      for (std::size_t j = 0; j < gs; ++j)
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(results[d].gathered[j * n + i], input<float>(g.devices[j], i, 2));
+          ASSERT_EQ(results[d].exchanged[j * n + i], input<float>(g.devices[j], me * n + i, 3));
+        }
+      for (std::size_t i = 0; i < n; ++i) {
+        float sum = 0;
+        for (std::size_t j = 0; j < gs; ++j) sum += input<float>(g.devices[j], me * n + i, 3);
+        ASSERT_EQ(results[d].scattered[i], sum);
+        ASSERT_EQ(results[d].broadcast[i], input<float>(g.devices[root], i, 2));
+      }
+      // Bytes counted are those that cross: what each member lacks.
+      const auto& t = results[d].traffic;
+      const std::uint64_t peers = gs - 1, bytes = n * sizeof(float);
+      EXPECT_EQ(t[typemesh::op_kind::allgather].bytes_received, peers * bytes);
+      EXPECT_EQ(t[typemesh::op_kind::allgather].bytes_sent, peers * bytes);
+      EXPECT_EQ(t[typemesh::op_kind::alltoall].bytes_received, peers * bytes);
+      EXPECT_EQ(t[typemesh::op_kind::reduce_scatter].bytes_received, peers * bytes);
+      EXPECT_EQ(t[typemesh::op_kind::broadcast].bytes_received, me == root ? 0 : bytes);
+      EXPECT_EQ(t[typemesh::op_kind::broadcast].bytes_sent, me == root ? peers * bytes : 0);
+      EXPECT_EQ(t.calls(), 4u);
+    }
+  }
+}
+
+TEST(Collectives, AllreduceCountsAReduceScatterAndAnAllgather) {
+  auto t = launch(4, [](device& dev) {
+    std::vector<float> v(1000, 1.0f);
+    dev.allreduce<float>(group{{0, 1, 2, 3}, "all"}, v);
+    return dev.traffic()[typemesh::op_kind::allreduce];
+  });
+  for (const auto& k : t) {
+    EXPECT_EQ(k.bytes_received, 2u * 3 * 250 * sizeof(float));  // 2 (g-1)/g of the buffer
+    EXPECT_EQ(k.bytes_sent, 2u * 3 * 250 * sizeof(float));
+  }
+}
+
+TEST(Collectives, SendRecvAroundARingAndBarrier) {
+  auto got = launch(5, [](device& dev) {
+    const int next = (dev.id() + 1) % 5, prev = (dev.id() + 4) % 5;
+    std::vector<std::int64_t> out{dev.id(), dev.id() * 10}, in(2);
+    dev.send<std::int64_t>(next, out, /*tag=*/3);
+    dev.recv<std::int64_t>(prev, in, /*tag=*/3);
+    dev.barrier(group{{0, 1, 2, 3, 4}, "all"});
+    return std::make_pair(in, dev.traffic()[typemesh::op_kind::recv].bytes_received);
+  });
+  for (int d = 0; d < 5; ++d) {
+    int prev = (d + 4) % 5;
+    EXPECT_EQ(got[d].first, (std::vector<std::int64_t>{prev, prev * 10}));
+    EXPECT_EQ(got[d].second, 16u);
+  }
+}
+
+TEST(Collectives, MessagesWithDifferentTagsDoNotMix) {
+  auto got = launch(2, [](device& dev) {
+    std::vector<float> a{1}, b{2}, x(1), y(1);
+    if (dev.id() == 0) {
+      dev.send<float>(1, a, 1);
+      dev.send<float>(1, b, 2);
+      return 0.0f;
+    }
+    dev.recv<float>(0, y, 2);
+    dev.recv<float>(0, x, 1);
+    return x[0] * 10 + y[0];
+  });
+  EXPECT_EQ(got[1], 12.0f);
+}
+
+// --- Failures: clear errors, never a hang ----------------------------------
+
+using namespace std::chrono_literals;
+
+TEST(Failures, AMissingMemberTimesOutNamingCollectiveGroupAndDevice) {
+  expect_error<typemesh::timeout_error>(
+      [] {
+        launch({.devices = 4, .timeout = 200ms}, [](device& dev) {
+          if (dev.id() == 3) return;  // never joins
+          std::vector<float> v(4, 1.0f);
+          dev.allreduce<float>(group{{0, 1, 2, 3}, "mesh 'm' along {a0}"}, v);
+        });
+      },
+      {"allreduce over group [0 1 2 3]", "mesh 'm' along {a0}", "timed out after 200 ms", "devices [3] never arrived"});
+}
+
+TEST(Failures, AnExceptionOnOneDeviceStopsAllAndIsRethrown) {
+  auto start = std::chrono::steady_clock::now();
+  try {
+    launch(8, [](device& dev) {
+      if (dev.id() == 5) throw std::runtime_error("loss is NaN on device 5");
+      std::vector<float> v(4, 1.0f);
+      dev.allreduce<float>(group{{0, 1, 2, 3, 4, 5, 6, 7}, "all"}, v);
+    });
+    ADD_FAILURE() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "loss is NaN on device 5");
+  }
+  // Default timeout is a minute: stopping must not wait for it.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+TEST(Failures, StoppedDevicesSayWhoFailed) {
+  // Device 1 fails while device 0 waits in a recv; device 0's own error
+  // would name device 1.
+  std::string seen;
+  try {
+    launch(2, [&](device& dev) {
+      if (dev.id() == 1) throw typemesh::shape_error("bad input on device 1");
+      std::vector<float> v(1);
+      try {
+        dev.recv<float>(1, v);
+      } catch (const typemesh::aborted_error& e) {
+        seen = e.what();
+        throw;
+      }
+    });
+  } catch (const typemesh::shape_error&) {
+  }
+  EXPECT_NE(seen.find("device 0 stopped in recv from device 1"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("device 1 failed: typemesh: bad input on device 1"), std::string::npos) << seen;
+}
+
+TEST(Failures, MembersCallingDifferentCollectivesIsAnError) {
+  expect_error<typemesh::collective_error>(
+      [] {
+        launch(2, [](device& dev) {
+          std::vector<float> v(4, 1.0f), out(8);
+          group g{{0, 1}, "pair"};
+          if (dev.id() == 0) dev.allreduce<float>(g, v);
+          else dev.allgather<float>(g, v, out);
+        });
+      },
+      {"disagree", "device 0 calls allreduce of 4 f32 (sum)", "device 1 calls allgather of 4 f32"});
+}
+
+TEST(Failures, BadGroupsAndBuffers) {
+  launch(4, [](device& dev) {
+    std::vector<float> v(4), w(3), big(16);
+    expect_error<typemesh::device_error>([&] { dev.allreduce<float>(group{{0, 1, 9}, "g"}, v); },
+                                         {"device 9 does not exist", "0 to 3"});
+    expect_error<typemesh::device_error>([&] { dev.allreduce<float>(group{{0, 1, 1, 2, 3}, "g"}, v); },
+                                         {"device 1 appears twice"});
+    if (dev.id() == 3) {
+      expect_error<typemesh::device_error>([&] { dev.allreduce<float>(group{{0, 1}, "pair"}, v); },
+                                           {"device 3 is not a member"});
+    }
+    group all{{0, 1, 2, 3}, "all"};
+    expect_error<typemesh::shape_error>([&] { dev.allreduce<float>(all, v, w); }, {"input of 4", "output of 3"});
+    expect_error<typemesh::shape_error>([&] { dev.allgather<float>(all, v, w); }, {"4 members of 4 need 16"});
+    expect_error<typemesh::shape_error>([&] { dev.reduce_scatter<float>(all, v, w); }, {"4 blocks of 3 need 12"});
+    expect_error<typemesh::shape_error>([&] { dev.alltoall<float>(all, w, w); }, {"do not split into 4"});
+    expect_error<typemesh::shape_error>([&] { dev.allgather<float>(all, std::span<const float>(big).first(4), big); },
+                                        {"overlap"});
+    expect_error<typemesh::device_error>([&] { dev.broadcast<float>(all, v, 4); }, {"root 4"});
+    expect_error<typemesh::device_error>([&] { dev.send<float>(dev.id(), v); }, {"does not message itself"});
+    expect_error<typemesh::device_error>([&] { dev.recv<float>(7, v); }, {"device 7"});
+  });
+}
+
+TEST(Failures, RecvOfTheWrongSize) {
+  expect_error<typemesh::collective_error>(
+      [] {
+        launch(2, [](device& dev) {
+          std::vector<float> v(3), w(5);
+          if (dev.id() == 0) dev.send<float>(1, v, 4);
+          else dev.recv<float>(0, w, 4);
+        });
+      },
+      {"device 1 expects 5 f32 from device 0 (tag 4)", "holds 3 f32"});
+}
+
+TEST(Failures, RecvThatNeverArrivesTimesOut) {
+  expect_error<typemesh::timeout_error>(
+      [] {
+        launch({.devices = 2, .timeout = 100ms}, [](device& dev) {
+          std::vector<float> v(1);
+          if (dev.id() == 1) dev.recv<float>(0, v, 9);
+        });
+      },
+      {"recv on device 1 from device 0 (tag 9) timed out after 100 ms"});
+}
+
+TEST(Failures, NoDeviceOutsideLaunchAndNoEmptyRun) {
+  expect_error<typemesh::device_error>([] { typemesh::this_device(); }, {"inside typemesh::launch"});
+  expect_error<typemesh::device_error>([] { launch(0, [] {}); }, {"at least one device"});
+}
+
+TEST(Launch, ResultsAreIndexedByDevice) {
+  auto ids = launch(6, [](device& dev) { return dev.id() * dev.count(); });
+  EXPECT_EQ(ids, (std::vector<int>{0, 6, 12, 18, 24, 30}));
+  auto same = launch(3, [] { return typemesh::this_device().id(); });
+  EXPECT_EQ(same, (std::vector<int>{0, 1, 2}));
+}
+
+}  // namespace
