@@ -1,0 +1,201 @@
+// Distributed tensors on simulated devices: import/export round trips under
+// every device relation of the seed, the tensor collectives against serial
+// references, elementwise kernels and reductions, and the runtime checks.
+#include <functional>
+#include <numeric>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+using namespace tt;
+using typemesh::device;
+using typemesh::host_tensor;
+using typemesh::launch;
+using typemesh::layout;
+using typemesh::shape;
+
+using S = shape<d0, d1, d2>;
+using M = typemesh::mesh<"t", a0, a1>;
+using whole = host_tensor<float, S>;
+
+whole numbered(const S& s, float scale = 1.0f) {
+  whole h(s);
+  for (std::size_t i = 0; i < h.size(); ++i) h.values()[i] = scale * static_cast<float>(i);
+  return h;
+}
+
+// Expects every local element of t to equal f(global index).
+template <class Tensor, class F>
+void expect_local(const Tensor& t, F f) {
+  const auto& b = t.slice();
+  auto local = t.local();
+  ASSERT_EQ(static_cast<std::int64_t>(local.size()), t.holds_data() ? b.elements() : 0);
+  std::int64_t at = 0;
+  for (std::int64_t i = 0; i < b.extent[0]; ++i)
+    for (std::int64_t j = 0; j < b.extent[1]; ++j)
+      for (std::int64_t k = 0; k < b.extent[2]; ++k, ++at) {
+        std::array<std::int64_t, 3> g{b.begin[0] + i, b.begin[1] + j, b.begin[2] + k};
+        ASSERT_EQ(local[at], f(g)) << "device " << t.device() << " at " << g[0] << "," << g[1] << "," << g[2];
+      }
+}
+
+// The seed's device relations for 8 devices, on a 2-d mesh.
+struct relation {
+  const char* name;
+  std::array<int, 2> sizes;
+  std::vector<int> devices;
+};
+const std::vector<relation> relations{
+    {"all", {2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}},
+    {"first half", {2, 2}, {0, 1, 2, 3}},
+    {"second half", {2, 2}, {4, 5, 6, 7}},
+    {"halves swapped", {2, 4}, {4, 5, 6, 7, 0, 1, 2, 3}},
+    {"halves interleaved", {4, 2}, {0, 4, 1, 5, 2, 6, 3, 7}},
+    {"scrambled", {8, 1}, {6, 2, 7, 0, 3, 5, 1, 4}},
+};
+
+template <class Layout>
+void round_trip() {
+  const S s{8, 8, 8};  // every dim divides by every axis size below
+  const whole h = numbered(s);
+  for (const auto& r : relations) {
+    SCOPED_TRACE(r.name);
+    launch(8, [&](device& dev) {
+      M m(r.sizes, r.devices);
+      auto x = typemesh::import_tensor<Layout>(m, h);
+      EXPECT_EQ(dev.traffic().calls(), 0u);  // import communicates nothing
+      EXPECT_EQ(x.holds_data(), m.contains(dev.id()));
+      expect_local(x, [&](auto g) { return h[g]; });
+      auto back = typemesh::export_tensor(x);
+      if (!m.contains(dev.id())) {
+        EXPECT_TRUE(back.empty());
+        EXPECT_EQ(dev.traffic().bytes_received(), 0u);
+        return;
+      }
+      EXPECT_EQ(back, h);
+      // Each device receives exactly the elements it lacked.
+      EXPECT_EQ(dev.traffic().bytes_received(), (h.size() - x.local().size()) * sizeof(float));
+    });
+  }
+}
+
+TEST(Tensor, ImportExportRoundTripEveryLayoutAndRelation) {
+  round_trip<typemesh::replicated>();
+  round_trip<layout<d0(a0)>>();
+  round_trip<layout<d1(a1)>>();
+  round_trip<layout<d0(a0), d2(a1)>>();
+  round_trip<layout<d2(a0), d0(a1)>>();
+  round_trip<layout<d1(a0), d2(a1)>>();
+}
+
+TEST(Tensor, DeviceOutsideTheMeshHoldsNothingAndOpsDoNothing) {
+  launch(8, [](device& dev) {
+    M m({2, 2}, {4, 5, 6, 7});
+    auto x = typemesh::import_tensor<layout<d0(a0)>>(m, numbered(S{4, 2, 2}));
+    auto y = typemesh::allconcat<d0>(x);
+    auto z = x + x;
+    float total = typemesh::sum(x);
+    if (dev.id() < 4) {
+      EXPECT_FALSE(x.holds_data());
+      EXPECT_TRUE(x.local().empty() && y.local().empty() && z.local().empty());
+      EXPECT_EQ(total, 0.0f);
+      EXPECT_EQ(dev.traffic().calls(), 0u);
+    } else {
+      EXPECT_EQ(total, 120.0f);  // 0 + 1 + ... + 15
+    }
+  });
+}
+
+TEST(TensorCollectives, AllconcatAllsplitAlltoallKeepTheValues) {
+  const S s{4, 8, 4};
+  const whole h = numbered(s);
+  launch(8, [&](device& dev) {
+    M m({2, 4}, {4, 5, 6, 7, 0, 1, 2, 3});
+    auto x = typemesh::import_tensor<layout<d0(a0), d2(a1)>>(m, h);
+    auto at = [&](auto g) { return h[g]; };
+
+    auto y = typemesh::allconcat<d0>(x);
+    static_assert(std::is_same_v<decltype(y)::layout_type, layout<d2(a1)>>);
+    expect_local(y, at);
+    // An allgather along a0 (2 members): one peer's block arrives.
+    EXPECT_EQ(dev.traffic()[typemesh::op_kind::allgather].bytes_received, x.local().size() * sizeof(float));
+
+    dev.traffic().reset();
+    auto z = typemesh::allsplit<d1, a0>(y);
+    static_assert(std::is_same_v<decltype(z)::layout_type, layout<d2(a1), d1(a0)>>);
+    expect_local(z, at);
+    EXPECT_EQ(dev.traffic().calls(), 0u);  // allsplit moves nothing
+
+    auto w = typemesh::alltoall<d2, d0>(z);
+    static_assert(std::is_same_v<decltype(w)::layout_type, layout<d1(a0), d0(a1)>>);
+    expect_local(w, at);
+    // Of its block, each device keeps 1/4 and receives the other 3/4.
+    EXPECT_EQ(dev.traffic()[typemesh::op_kind::alltoall].bytes_received, z.local().size() * 3 / 4 * sizeof(float));
+    EXPECT_EQ(typemesh::export_tensor(w), h);
+  });
+}
+
+TEST(TensorCollectives, AllreduceAndReduceScatterSumTheReplicas) {
+  const S s{4, 8, 2};
+  const whole h = numbered(s);
+  launch(8, [&](device& dev) {
+    M m({2, 4});
+    auto x = typemesh::import_tensor<layout<d0(a0)>>(m, h);
+    // Make the replicas along a1 differ: device at a1-coordinate c adds c.
+    const int c = m.coordinate_of(dev.id())->at(1);
+    for (auto& v : x.local()) v += static_cast<float>(c);
+    auto expected = [&](auto g) { return 4 * h[g] + (0 + 1 + 2 + 3); };
+
+    auto r = typemesh::allreduce<a1>(x);
+    expect_local(r, expected);
+
+    auto rs = typemesh::reduce_scatter<d1, a1>(x);
+    static_assert(std::is_same_v<decltype(rs)::layout_type, layout<d0(a0), d1(a1)>>);
+    expect_local(rs, expected);
+    EXPECT_EQ(dev.traffic()[typemesh::op_kind::reduce_scatter].bytes_received, rs.local().size() * 3 * sizeof(float));
+
+    auto mx = typemesh::allreduce<a1>(x, typemesh::reduce_op::max);
+    expect_local(mx, [&](auto g) { return h[g] + 3; });
+  });
+}
+
+TEST(Elementwise, MapZipSumMaxMatchSerial) {
+  const S s{4, 4, 4};
+  const whole h = numbered(s), h2 = numbered(s, -0.5f);
+  const float serial_sum = std::accumulate(h.values().begin(), h.values().end(), 0.0f);
+  launch(8, [&](device&) {
+    M m({4, 2}, {0, 4, 1, 5, 2, 6, 3, 7});
+    auto x = typemesh::import_tensor<layout<d1(a0), d2(a1)>>(m, h);
+    auto y = typemesh::import_tensor<layout<d1(a0), d2(a1)>>(m, h2);
+    expect_local(x + y, [&](auto g) { return h[g] + h2[g]; });
+    expect_local(x - y, [&](auto g) { return h[g] - h2[g]; });
+    expect_local(x * y, [&](auto g) { return h[g] * h2[g]; });
+    expect_local(typemesh::map(x, [](float v) { return 2 * v + 1; }), [&](auto g) { return 2 * h[g] + 1; });
+    EXPECT_EQ(typemesh::sum(x), serial_sum);
+    EXPECT_EQ(typemesh::max(y), 0.0f);
+    EXPECT_EQ(typemesh::max(x), 63.0f);
+    // Replicas are not counted twice.
+    auto r = typemesh::import_tensor<layout<d1(a0)>>(m, h);
+    EXPECT_EQ(typemesh::sum(r), serial_sum);
+  });
+}
+
+TEST(TensorErrors, RuntimeChecksNameWhatIsWrong) {
+  launch(8, [](device&) {
+    expect_error<typemesh::device_error>(
+        [] { typemesh::tensor<float, S, layout<d0(a0)>, M> t(M({2, 4}, {0, 1, 2, 3, 4, 5, 6, 9}), S{2, 2, 2}); },
+        {"names device 9", "the run has 8 devices"});
+    expect_error<typemesh::shape_error>(
+        [] { typemesh::import_tensor<layout<d2(a1)>>(M({2, 4}), numbered(S{2, 2, 6})); },
+        {"dim d2 of size 6", "axis a1 of size 4", "not divisible"});
+    auto a = typemesh::import_tensor<layout<d0(a0)>>(M({2, 4}), numbered(S{2, 2, 2}));
+    auto b = typemesh::import_tensor<layout<d0(a0)>>(M({2, 4}, {7, 6, 5, 4, 3, 2, 1, 0}), numbered(S{2, 2, 2}));
+    auto c = typemesh::import_tensor<layout<d0(a0)>>(M({2, 4}), numbered(S{2, 4, 2}));
+    expect_error<typemesh::device_error>([&] { a + b; }, {"same mesh type, different devices"});
+    expect_error<typemesh::shape_error>([&] { a + c; }, {"[d0=2 d1=2 d2=2]", "[d0=2 d1=4 d2=2]"});
+  });
+  expect_error<typemesh::shape_error>([] { whole(S{2, 2, 2}, std::vector<float>(7)); }, {"needs 8", "7 were given"});
+}
+
+}  // namespace
