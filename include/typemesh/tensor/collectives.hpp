@@ -43,9 +43,12 @@ consteval bool check_replica_axis() {
   return sizeof(diagnostic::axis_already_used<A, typename Tensor::layout_type, Tensor::layout_type::template uses<A>>);
 }
 
-// Position of mesh axis A (A must be in the mesh).
-template <class A, class Tensor>
-inline constexpr std::size_t axis_pos = Tensor::mesh_type::template index_of<A>;
+// D can be split over A: D whole, A holding replicas.
+template <class D, class A, class Tensor>
+consteval bool check_can_split() {
+  return check_dim_in_shape<D, Tensor>() && check_axis_in_mesh<A, Tensor>() && check_whole<D, Tensor>() &&
+         check_replica_axis<A, Tensor>();
+}
 
 // Copies `parts` equal blocks of `src` along dim `d` into consecutive blocks
 // of `dst` (block j = range j of dim d), or back when `unpack`.
@@ -89,8 +92,7 @@ auto allconcat(const tensor<T, S, L, M>& x) {
 template <class D, class A, class T, class S, class L, class M>
 auto allsplit(const tensor<T, S, L, M>& x) {
   using in_t = tensor<T, S, L, M>;
-  static_assert(detail::check_dim_in_shape<D, in_t>() && detail::check_axis_in_mesh<A, in_t>() &&
-                detail::check_whole<D, in_t>() && detail::check_replica_axis<A, in_t>());
+  static_assert(detail::check_can_split<D, A, in_t>());
   using out_t = tensor<T, S, typename L::template with<D, A>, M>;
   out_t out(x.mesh(), x.shape());
   if (!x.holds_data()) return out;
@@ -118,8 +120,7 @@ auto allreduce(const tensor<T, S, L, M>& x, reduce_op op = reduce_op::sum) {
 template <class D, class A, class T, class S, class L, class M>
 auto reduce_scatter(const tensor<T, S, L, M>& x, reduce_op op = reduce_op::sum) {
   using in_t = tensor<T, S, L, M>;
-  static_assert(detail::check_dim_in_shape<D, in_t>() && detail::check_axis_in_mesh<A, in_t>() &&
-                detail::check_whole<D, in_t>() && detail::check_replica_axis<A, in_t>());
+  static_assert(detail::check_can_split<D, A, in_t>());
   using out_t = tensor<T, S, typename L::template with<D, A>, M>;
   out_t out(x.mesh(), x.shape());
   if (!x.holds_data()) return out;
