@@ -228,8 +228,13 @@ TEST(Geometry, GroupsAlongAxesMatchBruteForce) {
 // The seed's device relations: all, halves, swapped, interleaved.
 TEST(Geometry, SeedMeshRelations) {
   using M = mesh<"m", a0>;
-  std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7}, first{0, 1, 2, 3}, second{4, 5, 6, 7};
-  std::vector<int> swapped{4, 5, 6, 7, 0, 1, 2, 3}, interleaved{0, 4, 1, 5, 2, 6, 3, 7};
+  namespace devices = typemesh::devices;
+  std::vector<int> all = devices::all(8), first = devices::first_half(8), second = devices::second_half(8);
+  std::vector<int> swapped = devices::concat(second, first), interleaved = devices::interleave(first, second);
+  EXPECT_EQ(swapped, (std::vector<int>{4, 5, 6, 7, 0, 1, 2, 3}));
+  EXPECT_EQ(interleaved, (std::vector<int>{0, 4, 1, 5, 2, 6, 3, 7}));
+  expect_error<typemesh::device_error>([] { devices::first_half(7); }, {"7 devices do not halve"});
+  expect_error<typemesh::device_error>([&] { devices::interleave(first, all); }, {"lists of 4 and 8"});
   EXPECT_EQ(M({8}, all).coordinate_of(5)->at(0), 5);
   EXPECT_FALSE(M({4}, first).contains(5));
   EXPECT_EQ(M({4}, second).coordinate_of(5)->at(0), 1);

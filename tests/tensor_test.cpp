@@ -123,12 +123,12 @@ TEST(TensorCollectives, AllconcatAllsplitAlltoallKeepTheValues) {
 
     dev.traffic().reset();
     auto z = typemesh::allsplit<d1, a0>(y);
-    static_assert(std::is_same_v<decltype(z)::layout_type, layout<d2(a1), d1(a0)>>);
+    static_assert(std::is_same_v<decltype(z)::layout_type, layout<d1(a0), d2(a1)>>);  // in shape order
     expect_local(z, at);
     EXPECT_EQ(dev.traffic().calls(), 0u);  // allsplit moves nothing
 
     auto w = typemesh::alltoall<d2, d0>(z);
-    static_assert(std::is_same_v<decltype(w)::layout_type, layout<d1(a0), d0(a1)>>);
+    static_assert(std::is_same_v<decltype(w)::layout_type, layout<d0(a1), d1(a0)>>);
     expect_local(w, at);
     // Of its block, each device keeps 1/4 and receives the other 3/4.
     EXPECT_EQ(dev.traffic()[typemesh::op_kind::alltoall].bytes_received, z.local().size() * 3 / 4 * sizeof(float));
@@ -179,6 +179,21 @@ TEST(Elementwise, MapZipSumMaxMatchSerial) {
     auto r = typemesh::import_tensor<layout<d1(a0)>>(m, h);
     EXPECT_EQ(typemesh::sum(r), serial_sum);
   });
+}
+
+TEST(Tensor, LayoutsThatSayTheSameConvertAndDescribeThemselves) {
+  launch(2, [](device& dev) {
+    M m({2, 1});
+    auto x = typemesh::import_tensor<layout<d2(a0), auto(d0)->a1>>(m, numbered(S{2, 2, 2}));
+    typemesh::tensor<float, S, layout<d0(a1), d2(a0)>, M> y = std::move(x);  // same mapping, other spelling
+    EXPECT_EQ(y.slice_begin<d2>(), dev.id());
+    EXPECT_EQ(y.local_extent<d2>(), 1);
+    EXPECT_EQ(m.coordinate<a0>(dev.id()), dev.id());
+    EXPECT_EQ(y.describe(), "tensor<f32, [d0=2 d1=2 d2=2], layout<d0(a1), d2(a0)>, mesh 't' [a0=2 a1=1] on devices [0 1]>");
+    expect_error<typemesh::device_error>([&] { m.coordinate<a1>(5); }, {"device 5 is not in mesh 't'"});
+  });
+  static_assert(!std::is_convertible_v<typemesh::tensor<float, S, layout<d0(a0)>, M>,
+                                       typemesh::tensor<float, S, layout<d0(a1)>, M>>);
 }
 
 TEST(TensorErrors, RuntimeChecksNameWhatIsWrong) {

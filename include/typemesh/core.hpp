@@ -2,6 +2,7 @@
 // shapes, meshes, layouts and slice geometry.
 #pragma once
 
+#include "typemesh/core/devices.hpp"
 #include "typemesh/core/dim.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/group.hpp"

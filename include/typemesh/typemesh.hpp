@@ -3,6 +3,7 @@
 #pragma once
 
 // core: dims, axes, shapes, meshes, layouts, slices, diagnostics
+#include "typemesh/core/devices.hpp"
 #include "typemesh/core/dim.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/group.hpp"

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <type_traits>
 
 #include "typemesh/core/diagnostics.hpp"
@@ -64,6 +65,19 @@ template <class D, template <class...> class L, class... Kept, class R, class A,
 struct layout_without<D, L<Kept...>, R(A), Rest...>
     : layout_without<D, std::conditional_t<std::is_same_v<D, R>, L<Kept...>, L<Kept..., R(A)>>, Rest...> {};
 
+template <class... Layouts>
+struct concat_layouts;
+template <template <class...> class L, class... E>
+struct concat_layouts<L<E...>> {
+  using type = L<E...>;
+};
+template <template <class...> class L, class... A, class... B, class... Rest>
+struct concat_layouts<L<A...>, L<B...>, Rest...> : concat_layouts<L<A..., B...>, Rest...> {};
+
+// layout<D(axis)> when layout L splits D, else layout<> (defined below layout).
+template <class D, class L>
+struct entry_of;
+
 }  // namespace detail
 
 template <class... Entries>
@@ -101,6 +115,25 @@ struct layout {
   template <class D, class A>
   using with = layout<Entries..., D(A)>;
 
+  // The same mapping with its entries in the order of Dims, spelled dim(axis);
+  // entries for dims not in Dims are dropped. Tensors compare layouts in this
+  // form: layout<k(axis2), batch(axis0)> and layout<batch(axis0), k(axis2)>
+  // say the same thing.
+  template <class... Dims>
+  using ordered = typename detail::concat_layouts<layout<>, typename detail::entry_of<Dims, layout>::type...>::type;
+
+  // "layout<batch(axis0), k(axis2)>", for messages.
+  static std::string describe() {
+    std::string out = "layout<";
+    bool first = true;
+    for_each([&](auto d, auto a) {
+      out += std::string(first ? "" : ", ") + std::string(decltype(d)::type::name) + "(" +
+             std::string(decltype(a)::type::name) + ")";
+      first = false;
+    });
+    return out + ">";
+  }
+
   // Calls f(type_c<dim>, type_c<axis>) for each entry, in order.
   template <class F>
   static constexpr void for_each(F&& f) {
@@ -120,6 +153,18 @@ template <class T>
 inline constexpr bool is_layout = false;
 template <class... E>
 inline constexpr bool is_layout<layout<E...>> = true;
+
+namespace detail {
+template <class D, class... E>
+struct entry_of<D, layout<E...>> {
+  using type = layout<>;
+};
+template <class D, class... E>
+  requires(layout<E...>::template splits<D>)
+struct entry_of<D, layout<E...>> {
+  using type = layout<D(typename layout<E...>::template axis_of<D>)>;
+};
+}  // namespace detail
 
 // Everything whole: each device holds the full tensor.
 using replicated = layout<>;

@@ -85,6 +85,17 @@ class mesh {
   const std::array<int, rank>& sizes() const { return data_->sizes; }
   int size(std::size_t axis_index) const { return data_->sizes[axis_index]; }
 
+  // The coordinate of `device` on axis A; an error for a device outside the mesh.
+  template <class A>
+  int coordinate(int device) const {
+    static_assert(sizeof(diagnostic::axis_not_in_mesh<A, mesh, !has<A>>));
+    auto c = coordinate_of(device);
+    if (!c) {
+      throw device_error(detail::cat("device ", device, " is not in ", describe()));
+    }
+    return (*c)[index_of<A>];
+  }
+
   template <class A>
   int size() const {
     static_assert(has<A>, "typemesh: mesh::size<A>() names an axis the mesh does not have");
@@ -199,9 +210,14 @@ class mesh {
   std::shared_ptr<const data> data_;
 };
 
+// Detected by members, not by matching mesh<Name, Axes...>: nvcc does not
+// deduce class-type template arguments in partial specialisations.
 template <class T>
-inline constexpr bool is_mesh = false;
-template <fixed_name N, class... A>
-inline constexpr bool is_mesh<mesh<N, A...>> = true;
+inline constexpr bool is_mesh = requires {
+  typename T::coords;
+  T::name;
+  T::rank;
+  T::axis_names;
+};
 
 }  // namespace typemesh

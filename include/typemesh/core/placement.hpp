@@ -34,12 +34,13 @@ struct box {
 template <class Shape, class Layout, class Mesh>
 struct placement;
 
-template <class... Dims, class Layout, fixed_name Name, class... Axes>
-struct placement<shape<Dims...>, Layout, mesh<Name, Axes...>> {
+template <class... Dims, class Layout, class Mesh>
+  requires is_mesh<Mesh>
+struct placement<shape<Dims...>, Layout, Mesh> {
   using shape_type = shape<Dims...>;
-  using mesh_type = mesh<Name, Axes...>;
+  using mesh_type = Mesh;
   static constexpr std::size_t rank = sizeof...(Dims);
-  static constexpr std::size_t mesh_rank = sizeof...(Axes);
+  static constexpr std::size_t mesh_rank = Mesh::rank;
 
  private:
   static_assert(is_layout<Layout>, "typemesh: the layout of a tensor must be a typemesh::layout<...>");
@@ -112,6 +113,16 @@ struct placement<shape<Dims...>, Layout, mesh<Name, Axes...>> {
     return slice_at(s, m, *c);
   }
 };
+
+// The canonical form of Layout for Shape: entries in the shape's dim order.
+template <class Shape, class Layout>
+struct canonical_layout;
+template <class... Dims, class Layout>
+struct canonical_layout<shape<Dims...>, Layout> {
+  using type = typename Layout::template ordered<Dims...>;
+};
+template <class Shape, class Layout>
+using canonical = typename canonical_layout<Shape, Layout>::type;
 
 // Convenience: slice_of<layout<batch(axis0)>>(shape, mesh, device).
 template <class Layout, class Shape, class Mesh>

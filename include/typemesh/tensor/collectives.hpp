@@ -43,6 +43,8 @@ consteval bool check_replica_axis() {
   return sizeof(diagnostic::axis_already_used<A, typename Tensor::layout_type, Tensor::layout_type::template uses<A>>);
 }
 
+struct no_axis : axis<"(none)"> {};
+
 // D can be split over A: D whole, A holding replicas.
 template <class D, class A, class Tensor>
 consteval bool check_can_split() {
@@ -74,7 +76,7 @@ template <class D, class T, class S, class L, class M>
 auto allconcat(const tensor<T, S, L, M>& x) {
   using in_t = tensor<T, S, L, M>;
   static_assert(detail::check_dim_in_shape<D, in_t>() && detail::check_split<D, in_t>());
-  using out_t = tensor<T, S, typename L::template without<D>, M>;
+  using out_t = tensor<T, S, canonical<S, typename L::template without<D>>, M>;
   out_t out(x.mesh(), x.shape());
   if constexpr (L::template splits<D>) {
     if (!x.holds_data()) return out;
@@ -93,7 +95,7 @@ template <class D, class A, class T, class S, class L, class M>
 auto allsplit(const tensor<T, S, L, M>& x) {
   using in_t = tensor<T, S, L, M>;
   static_assert(detail::check_can_split<D, A, in_t>());
-  using out_t = tensor<T, S, typename L::template with<D, A>, M>;
+  using out_t = tensor<T, S, canonical<S, typename L::template with<D, A>>, M>;
   out_t out(x.mesh(), x.shape());
   if (!x.holds_data()) return out;
   constexpr std::size_t d = S::template index_of<D>;
@@ -121,7 +123,7 @@ template <class D, class A, class T, class S, class L, class M>
 auto reduce_scatter(const tensor<T, S, L, M>& x, reduce_op op = reduce_op::sum) {
   using in_t = tensor<T, S, L, M>;
   static_assert(detail::check_can_split<D, A, in_t>());
-  using out_t = tensor<T, S, typename L::template with<D, A>, M>;
+  using out_t = tensor<T, S, canonical<S, typename L::template with<D, A>>, M>;
   out_t out(x.mesh(), x.shape());
   if (!x.holds_data()) return out;
   group g = x.mesh().template group_along<A>(x.device());
@@ -138,8 +140,9 @@ auto alltoall(const tensor<T, S, L, M>& x) {
   using in_t = tensor<T, S, L, M>;
   static_assert(detail::check_dim_in_shape<From, in_t>() && detail::check_dim_in_shape<To, in_t>() &&
                 detail::check_split<From, in_t>() && detail::check_whole<To, in_t>());
-  using A = typename L::template axis_of<From>;
-  using out_t = tensor<T, S, typename L::template without<From>::template with<To, A>, M>;
+  // A placeholder axis when From is whole keeps the failed check the only error.
+  using A = std::conditional_t<L::template splits<From>, typename L::template axis_of<From>, detail::no_axis>;
+  using out_t = tensor<T, S, canonical<S, typename L::template without<From>::template with<To, A>>, M>;
   out_t out(x.mesh(), x.shape());
   if (!x.holds_data()) return out;
   group g = x.mesh().template group_along<A>(x.device());

@@ -10,12 +10,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
 
 #include "typemesh/backend/kernels.hpp"
 #include "typemesh/backend/storage.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/placement.hpp"
 #include "typemesh/runtime/device.hpp"
+#include "typemesh/runtime/dtype.hpp"
 
 namespace typemesh {
 
@@ -50,6 +54,17 @@ class tensor {
     }
   }
 
+  // A tensor whose layout says the same in another order or spelling, e.g.
+  // layout<k(axis2), batch(axis0)> for layout<batch(axis0), k(axis2)>.
+  template <class Other>
+    requires(!std::is_same_v<Other, Layout> && std::is_same_v<canonical<Shape, Other>, canonical<Shape, Layout>>)
+  tensor(tensor<T, Shape, Other, Mesh> other)
+      : mesh_(std::move(other.mesh_)),
+        shape_(other.shape_),
+        device_(other.device_),
+        slice_(other.slice_),
+        local_(std::move(other.local_)) {}
+
   const Mesh& mesh() const { return mesh_; }
   const Shape& shape() const { return shape_; }
   int device() const { return device_; }
@@ -60,6 +75,24 @@ class tensor {
   // This device's slice of the global index space (empty outside the mesh).
   const box<rank>& slice() const { return slice_; }
   const std::array<std::int64_t, rank>& local_extent() const { return slice_.extent; }
+
+  // Where this device's slice starts along D, and how far it extends.
+  template <class D>
+  std::int64_t slice_begin() const {
+    static_assert(sizeof(diagnostic::dim_not_in_shape<D, Shape, !Shape::template has<D>>));
+    return slice_.begin[Shape::template index_of<D>];
+  }
+  template <class D>
+  std::int64_t local_extent() const {
+    static_assert(sizeof(diagnostic::dim_not_in_shape<D, Shape, !Shape::template has<D>>));
+    return slice_.extent[Shape::template index_of<D>];
+  }
+
+  // "tensor<float, [batch=8 k=16], layout<batch(axis0)>, mesh 'lstm' ...>"
+  std::string describe() const {
+    return detail::cat("tensor<", name_of(dtype_of<T>), ", ", shape_.describe(), ", ", Layout::describe(), ", ",
+                       mesh_.describe(), ">");
+  }
 
   // Any device's slice, or nothing for a device outside the mesh.
   std::optional<box<rank>> slice_of(int dev) const { return geometry::slice_of(shape_, mesh_, dev); }
@@ -78,6 +111,9 @@ class tensor {
   int device_;
   box<rank> slice_{};
   backend::storage<T> local_;
+
+  template <class, class, class, class>
+  friend class tensor;
 };
 
 template <class T>
