@@ -96,6 +96,7 @@ class host_world {
     if (++r.waiting == g.size()) {
       r.waiting = 0;
       ++r.generation;
+      lk.unlock();  // waiters re-check the generation under the lock; waking them unlocked saves a second wake-up
       r.cv.notify_all();
       return;
     }
