@@ -26,4 +26,10 @@
 #include "typemesh/tensor/import_export.hpp"
 #include "typemesh/tensor/tensor.hpp"
 
+// convert: relayout and mesh replacement
+#include "typemesh/convert/relayout.hpp"
+#include "typemesh/convert/replace_mesh.hpp"
+#include "typemesh/convert/transfer.hpp"
+#include "typemesh/convert/transfer_plan.hpp"
+
 #include "typemesh/version.hpp"

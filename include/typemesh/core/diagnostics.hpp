@@ -82,6 +82,21 @@ TYPEMESH_DIAGNOSTIC(axis_not_in_mesh, TYPEMESH_P2(Axis, Mesh), TYPEMESH_A2(Axis,
                     "the operation names an axis that the mesh does not have; "
                     "the axis and the mesh are the arguments above");
 
+// Mesh replacements of a named kind.
+TYPEMESH_DIAGNOSTIC(replication_of_a_split_tensor, TYPEMESH_P2(Dim, Layout), TYPEMESH_A2(Dim, Layout),
+                    "the replication kind moves fully replicated tensors, but this layout splits a dim; "
+                    "the dim is the first argument above");
+TYPEMESH_DIAGNOSTIC(split_in_both_layouts, TYPEMESH_P3(Dim, OldLayout, NewLayout),
+                    TYPEMESH_A3(Dim, OldLayout, NewLayout),
+                    "the independent-axes kind needs every dim split in at most one of the old and new "
+                    "layouts, but this dim is split in both; the dim is the first argument above");
+TYPEMESH_DIAGNOSTIC(dim_changes_axis, TYPEMESH_P3(Dim, OldLayout, NewLayout), TYPEMESH_A3(Dim, OldLayout, NewLayout),
+                    "this kind of mesh replacement keeps every dim on the same mesh axis, but this dim "
+                    "moves; the dim is the first argument above");
+TYPEMESH_DIAGNOSTIC(not_split_on_leading_axis, TYPEMESH_P2(Layout, Mesh), TYPEMESH_A2(Layout, Mesh),
+                    "the concat-split and pipeline kinds need exactly one split dim, on the mesh's first "
+                    "axis; the layout and the mesh are the arguments above");
+
 #undef TYPEMESH_P2
 #undef TYPEMESH_P3
 #undef TYPEMESH_A2

@@ -1,0 +1,105 @@
+// Carrying out a transfer plan: each device packs what it sends to each peer
+// into one message, copies what it keeps, and unpacks what it receives. Sends
+// are buffered, so no order of devices can deadlock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "typemesh/backend/kernels.hpp"
+#include "typemesh/convert/transfer_plan.hpp"
+#include "typemesh/tensor/tensor.hpp"
+
+namespace typemesh {
+
+namespace detail {
+
+// Messages of transfers use their own tag, apart from a program's own sends.
+inline constexpr int transfer_tag = 0x7e5f;
+
+// A local slice: its storage and where it sits in the global index space.
+template <class T, std::size_t Rank>
+struct local_slice {
+  T* data;
+  box<Rank> slice;
+
+  backend::region<Rank> region_of(const box<Rank>& global) const {
+    backend::region<Rank> r{slice.extent, {}};
+    for (std::size_t i = 0; i < Rank; ++i) r.begin[i] = global.begin[i] - slice.begin[i];
+    return r;
+  }
+};
+
+// Moves the pieces of `plan` from `in` (this device's source slice) into
+// `out` (its target slice). Compiled once per element type and rank.
+template <class T, std::size_t Rank>
+void run_transfer(const transfer_plan<Rank>& plan, local_slice<const T, Rank> in, local_slice<T, Rank> out) {
+  device& dev = this_device();
+  const int me = dev.id();
+  auto packed = [](const box<Rank>& b) { return backend::region<Rank>{b.extent, {}}; };
+
+  std::map<int, std::vector<const transfer_piece<Rank>*>> to_send, to_receive;
+  for (const auto& p : plan.pieces) {
+    if (p.from == me && p.to != me) to_send[p.to].push_back(&p);
+    if (p.to == me && p.from != me) to_receive[p.from].push_back(&p);
+  }
+  auto total = [](const auto& pieces) {
+    std::int64_t n = 0;
+    for (auto* p : pieces) n += p->region.elements();
+    return n;
+  };
+
+  // Outgoing: one message per destination, pieces in plan order.
+  for (const auto& [peer, pieces] : to_send) {
+    backend::storage<std::remove_const_t<T>> message(total(pieces));
+    auto* at = backend::view(message).data();
+    for (auto* p : pieces) {
+      backend::copy_box(in.data, in.region_of(p->region), at, packed(p->region), p->region.extent);
+      at += p->region.elements();
+    }
+    dev.send(peer, backend::view(std::as_const(message)), transfer_tag);
+  }
+
+  // What this device keeps.
+  for (const auto& p : plan.pieces) {
+    if (p.from == me && p.to == me) {
+      backend::copy_box(in.data, in.region_of(p.region), out.data, out.region_of(p.region), p.region.extent);
+    }
+  }
+
+  // Incoming, in the senders' order.
+  for (const auto& [peer, pieces] : to_receive) {
+    backend::storage<T> message(total(pieces));
+    dev.recv(peer, backend::view(message), transfer_tag);
+    const T* at = backend::view(message).data();
+    for (auto* p : pieces) {
+      backend::copy_box(at, packed(p->region), out.data, out.region_of(p->region), p->region.extent);
+      at += p->region.elements();
+    }
+  }
+}
+
+}  // namespace detail
+
+// x re-placed by NewLayout on mesh `to`: each device receives only what it
+// lacks. Devices outside both meshes do nothing.
+template <class NewLayout, class T, class S, class L, class M, class M2>
+tensor<T, S, NewLayout, M2> transfer(const tensor<T, S, L, M>& x, const M2& to) {
+  using in_t = tensor<T, S, L, M>;
+  using out_t = tensor<T, S, NewLayout, M2>;
+  constexpr std::size_t rank = S::rank;
+  out_t out(to, x.shape());
+  const int me = x.device();
+  if (!x.mesh().contains(me) && !to.contains(me)) return out;
+  const auto plan = make_transfer_plan<rank>(x.shape().sizes(),
+                                             runtime_placement<rank>::template of<typename in_t::geometry>(x.mesh()),
+                                             runtime_placement<rank>::template of<typename out_t::geometry>(to));
+  detail::run_transfer<T, rank>(plan, {x.local().data(), x.slice()}, {out.local().data(), out.slice()});
+  return out;
+}
+
+}  // namespace typemesh

@@ -1,0 +1,333 @@
+// Relayout and mesh replacement: a property test over random pairs of
+// (mesh, layout) with random device relations, where every conversion must
+// keep the values and move exactly the elements each device lacks; then
+// every kind of the reference by name, with the seed's device relations, and
+// every error path.
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+using namespace tt;
+using typemesh::device;
+using typemesh::launch;
+using typemesh::layout;
+using typemesh::shape;
+namespace devices = typemesh::devices;
+
+using S = shape<d0, d1, d2>;
+using whole = typemesh::host_tensor<float, S>;
+using MA = typemesh::mesh<"A", a0, a1>;
+using MB = typemesh::mesh<"B", a0, a1>;
+
+whole numbered(const S& s) {
+  whole h(s);
+  std::iota(h.values().begin(), h.values().end(), 0.0f);
+  return h;
+}
+
+// Every injective map of {d0, d1, d2} into {a0, a1}: code c0 + 3 c1 + 9 c2,
+// digit 0 = whole, k = axis k-1.
+template <class D, int Digit>
+struct entry {
+  using type = layout<>;
+};
+template <class D, int Digit>
+  requires(Digit > 0)
+struct entry<D, Digit> {
+  using type = layout<D(axis_n<Digit - 1>)>;
+};
+template <int Code>
+using layout_of = typename typemesh::detail::concat_layouts<typename entry<d0, Code % 3>::type,
+                                                            typename entry<d1, Code / 3 % 3>::type,
+                                                            typename entry<d2, Code / 9>::type>::type;
+constexpr bool valid(int code) {
+  int c[3] = {code % 3, code / 3 % 3, code / 9};
+  return !(c[0] && c[0] == c[1]) && !(c[0] && c[0] == c[2]) && !(c[1] && c[1] == c[2]);
+}
+constexpr std::array<int, 13> codes = [] {
+  std::array<int, 13> v{};
+  for (int c = 0, n = 0; c < 27; ++c)
+    if (valid(c)) v[n++] = c;
+  return v;
+}();
+
+struct meshes {
+  std::array<int, 2> a_sizes, b_sizes;
+  std::vector<int> a_devices, b_devices;
+};
+
+// The placement a layout code gives on a 2-axis mesh, built from the code
+// alone (not from the library's types).
+typemesh::runtime_placement<3> placement_of(int code, const std::array<int, 2>& sizes, const std::vector<int>& devices) {
+  typemesh::runtime_placement<3> p;
+  int digits[3] = {code % 3, code / 3 % 3, code / 9};
+  for (int i = 0; i < 3; ++i) p.axis_index[i] = digits[i] - 1;
+  p.sizes.assign(sizes.begin(), sizes.end());
+  p.devices = devices;
+  return p;
+}
+
+// Elements of device d's target slice that its source slice lacks, by
+// testing every element.
+std::int64_t lacking(const S& s, const typemesh::runtime_placement<3>& a, const typemesh::runtime_placement<3>& b,
+                     int d) {
+  auto where = b.coordinate_of(d);
+  if (!where) return 0;
+  auto want = b.slice_at(s.sizes(), *where);
+  auto mine = a.coordinate_of(d);
+  std::int64_t n = 0;
+  for (std::int64_t i = 0; i < want.extent[0]; ++i)
+    for (std::int64_t j = 0; j < want.extent[1]; ++j)
+      for (std::int64_t k = 0; k < want.extent[2]; ++k) {
+        std::array<std::int64_t, 3> e{want.begin[0] + i, want.begin[1] + j, want.begin[2] + k};
+        bool held = mine.has_value();
+        for (int x = 0; held && x < 3; ++x) {
+          int ax = a.axis_index[x];
+          held = ax < 0 || e[x] / a.block(s.sizes(), x) == (*mine)[ax];
+        }
+        n += !held;
+      }
+  return n;
+}
+
+struct outcome {
+  typemesh::traffic moved;
+  bool round_trip;
+  bool holds;
+};
+
+// One device's part: import under code From, replace under code To, export.
+template <int From, int To>
+outcome run_pair(device& dev, const meshes& m, const whole& h) {
+  MA a(m.a_sizes, m.a_devices);
+  MB b(m.b_sizes, m.b_devices);
+  auto x = typemesh::import_tensor<layout_of<From>>(a, h);
+  dev.traffic().reset();
+  auto y = typemesh::replace_mesh<layout_of<To>>(x, b);
+  outcome o{dev.traffic(), false, y.holds_data()};
+  auto back = typemesh::export_tensor(y);
+  o.round_trip = b.contains(dev.id()) ? back == h : back.empty();
+  return o;
+}
+
+struct pair_case {
+  int from, to;
+  outcome (*run)(device&, const meshes&, const whole&);
+};
+
+void check_pair(const pair_case& c, const meshes& m) {
+  const S s{8, 8, 8};
+  const whole h = numbered(s);
+  auto result = launch(8, [&](device& dev) { return c.run(dev, m, h); });
+  auto a = placement_of(c.from, m.a_sizes, m.a_devices), b = placement_of(c.to, m.b_sizes, m.b_devices);
+  std::uint64_t sent = 0, received = 0;
+  for (int d = 0; d < 8; ++d) {
+    const outcome& o = result[d];
+    SCOPED_TRACE(testing::Message() << "codes " << c.from << " -> " << c.to << ", device " << d);
+    ASSERT_TRUE(o.round_trip);
+    EXPECT_EQ(o.holds, b.coordinate_of(d).has_value());
+    EXPECT_EQ(o.moved.bytes_received(), lacking(s, a, b, d) * sizeof(float));
+    sent += o.moved.bytes_sent();
+    received += o.moved.bytes_received();
+  }
+  EXPECT_EQ(sent, received);  // nothing is sent that is not received
+}
+
+template <std::size_t... I>
+constexpr auto pair_table(std::index_sequence<I...>) {
+  return std::array<pair_case, sizeof...(I)>{
+      pair_case{codes[I / 13], codes[I % 13], &run_pair<codes[I / 13], codes[I % 13]>}...};
+}
+
+std::array<int, 2> random_grid(int n, std::mt19937& rng) {
+  int p = 1 << (rng() % (std::countr_zero(static_cast<unsigned>(n)) + 1));
+  return {p, n / p};
+}
+
+TEST(Convert, RandomPairsKeepValuesAtMinimumTraffic) {
+  static constexpr auto table = pair_table(std::make_index_sequence<13 * 13>{});
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 300; ++trial) {
+    meshes m;
+    const int na = 1 << (rng() % 4), nb = 1 << (rng() % 4);
+    m.a_sizes = random_grid(na, rng);
+    m.b_sizes = random_grid(nb, rng);
+    std::vector<int> all = devices::all(8);
+    std::shuffle(all.begin(), all.end(), rng);
+    m.a_devices.assign(all.begin(), all.begin() + na);
+    // B: the same devices reordered, an overlapping set, or a disjoint one.
+    switch (rng() % 3) {
+      case 0: m.b_devices.assign(all.begin(), all.begin() + nb); break;
+      case 1: std::shuffle(all.begin(), all.end(), rng), m.b_devices.assign(all.begin(), all.begin() + nb); break;
+      default: std::reverse(all.begin(), all.end()), m.b_devices.assign(all.begin(), all.begin() + nb); break;
+    }
+    check_pair(table[rng() % table.size()], m);
+    if (HasFailure()) return;
+  }
+}
+
+// --- Relayout within a mesh --------------------------------------------------
+
+TEST(Relayout, MovesDimsBetweenAxesWhereMeshTensorFlowsRenameWentWrong) {
+  const S s{8, 8, 8};
+  const whole h = numbered(s);
+  launch(8, [&](device& dev) {
+    MA a({2, 4});
+    auto x = typemesh::import_tensor<layout<d0(a0), d1(a1)>>(a, h);
+    auto swapped = typemesh::relayout<layout<d0(a1), d1(a0)>>(x);  // both dims change axis
+    EXPECT_EQ(typemesh::export_tensor(swapped), h);
+    dev.traffic().reset();
+    auto moved = typemesh::relayout<layout<d2(a1), d1(a0)>>(swapped);  // d0 -> whole, d2 -> a1
+    EXPECT_EQ(typemesh::export_tensor(moved), h);
+    dev.traffic().reset();
+    auto whole_again = typemesh::relayout<typemesh::replicated>(moved);
+    EXPECT_EQ(dev.traffic().bytes_received(), (512 - moved.local().size()) * sizeof(float));
+    dev.traffic().reset();
+    auto split = typemesh::relayout<layout<d2(a0)>>(whole_again);  // whole -> split: local
+    EXPECT_EQ(dev.traffic().calls(), 0u);
+    EXPECT_EQ(typemesh::export_tensor(split), h);
+    auto same = typemesh::relayout<layout<d1(a0), d0(a1)>>(swapped);  // same mapping: a copy
+    EXPECT_EQ(typemesh::export_tensor(same), h);
+  });
+}
+
+// --- Every kind of the reference, with the seed's device relations ---------
+
+using E = typemesh::mesh<"embed", a0, a1, a2>;
+using L0 = typemesh::mesh<"lstm0", a0, a1, a2>;
+using P1 = typemesh::mesh<"pipe", a0>;
+using P2 = typemesh::mesh<"pipe_half", a0>;
+
+TEST(Kinds, SameSlicesMovesNothing) {
+  const whole h = numbered(S{8, 4, 4});
+  launch(8, [&](device& dev) {
+    MA a({2, 4});
+    MB b({2, 4});
+    auto x = typemesh::import_tensor<layout<d0(a0), d2(a1)>>(a, h);
+    dev.traffic().reset();
+    auto y = typemesh::replace_mesh<layout<d0(a0), d2(a1)>, typemesh::same_slices>(x, b);
+    EXPECT_EQ(dev.traffic().calls(), 0u);
+    EXPECT_EQ(typemesh::export_tensor(y), h);
+    expect_error<typemesh::device_error>(
+        [&] { typemesh::replace_mesh<layout<d0(a0)>, typemesh::same_slices>(x, MB({2, 4}, {7, 6, 5, 4, 3, 2, 1, 0})); },
+        {"same devices in the same order"});
+    expect_error<typemesh::shape_error>(
+        [&] { typemesh::replace_mesh<layout<d0(a1), d2(a0)>, typemesh::same_slices>(x, b); },
+        {"different slices", "layout<d0(a0), d2(a1)>", "layout<d0(a1), d2(a0)>"});
+  });
+}
+
+TEST(Kinds, ReplicationOntoALargerAndASmallerMesh) {
+  const whole h = numbered(S{4, 4, 4});
+  launch(8, [&](device& dev) {
+    P2 half({4}, devices::first_half(8));
+    P1 all({8}, devices::all(8));
+    auto x = typemesh::import_tensor<typemesh::replicated>(half, h);
+    dev.traffic().reset();
+    auto y = typemesh::replace_mesh<typemesh::replicated, typemesh::replication>(x, all);
+    // Devices that had it receive nothing; the others the whole tensor, once.
+    EXPECT_EQ(dev.traffic().bytes_received(), dev.id() < 4 ? 0u : h.size() * sizeof(float));
+    EXPECT_EQ(typemesh::export_tensor(y), h);
+    dev.traffic().reset();
+    auto back = typemesh::replace_mesh<typemesh::replicated, typemesh::replication>(y, half);  // the reverse
+    EXPECT_EQ(dev.traffic().bytes_received(), 0u);
+    if (dev.id() < 4) EXPECT_EQ(typemesh::export_tensor(back), h);
+    expect_error<typemesh::device_error>(
+        [&] { typemesh::replace_mesh<typemesh::replicated, typemesh::replication>(x, P2({4}, devices::second_half(8))); },
+        {"device 4", "is not in mesh 'pipe_half'"});
+    expect_error<typemesh::shape_error>(
+        [&] {
+          typemesh::replace_mesh<typemesh::replicated, typemesh::replication>(x, P1({6}, devices::range(0, 6)));
+        },
+        {"from 4 onto 6 devices needs a multiple of 4"});
+  });
+}
+
+TEST(Kinds, DuplicatesAddedAndRemovedAlongAnAxisThatSplitsNothing) {
+  const whole h = numbered(S{4, 4, 4});
+  launch(8, [&](device& dev) {
+    MA small({2, 2}, devices::first_half(8));
+    MB big({2, 4}, devices::all(8));
+    auto x = typemesh::import_tensor<layout<d0(a0)>>(small, h);
+    dev.traffic().reset();
+    auto y = typemesh::replace_mesh<layout<d0(a0)>, typemesh::duplicates>(x, big);
+    const std::uint64_t half = h.size() / 2 * sizeof(float);
+    // Device 1 keeps its rows (block 0 in both); device 2 moves from block 1
+    // to block 0, and device 4 is new: each receives half the tensor.
+    if (dev.id() == 1) EXPECT_EQ(dev.traffic().bytes_received(), 0u);
+    if (dev.id() == 2 || dev.id() == 4) EXPECT_EQ(dev.traffic().bytes_received(), half);
+    EXPECT_EQ(typemesh::export_tensor(y), h);
+    auto back = typemesh::replace_mesh<layout<d0(a0)>, typemesh::duplicates>(y, small);
+    if (dev.id() < 4) EXPECT_EQ(typemesh::export_tensor(back), h);
+    expect_error<typemesh::shape_error>(
+        [&] { typemesh::replace_mesh<layout<d0(a0)>, typemesh::duplicates>(x, MB({4, 2})); },
+        {"axis a0 changes size from 2 to 4 but splits a dim"});
+  });
+}
+
+// The RNNLM's embedding -> LSTM move: k split 8 ways on the embed mesh, batch
+// split 4 ways on the first half.
+TEST(Kinds, IndependentAxesTheRnnlmEmbeddingMove) {
+  const whole h = numbered(S{8, 2, 16});
+  launch(8, [&](device& dev) {
+    E embed({1, 1, 8});
+    L0 lstm0({4, 1, 1}, devices::first_half(8));
+    auto x = typemesh::import_tensor<layout<d2(a2)>>(embed, h);
+    dev.traffic().reset();
+    auto y = typemesh::replace_mesh<layout<d0(a0)>, typemesh::independent_axes>(x, lstm0);
+    if (dev.id() < 4) {
+      // Its batch rows: 2 x 2 x 16 elements, of which it held 1/8.
+      EXPECT_EQ(dev.traffic().bytes_received(), 64u * 7 / 8 * sizeof(float));
+      EXPECT_EQ(typemesh::export_tensor(y), h);
+    }
+    auto back = typemesh::replace_mesh<layout<d2(a2)>, typemesh::independent_axes>(y, embed);  // the gradient's way
+    EXPECT_EQ(typemesh::export_tensor(back), h);
+    expect_error<typemesh::shape_error>(
+        [&] { typemesh::replace_mesh<layout<d0(a0)>, typemesh::independent_axes>(x, L0({3, 1, 1}, {0, 1, 2})); },
+        {"mesh sizes 8 and 3 must differ by an integer factor"});
+  });
+}
+
+TEST(Kinds, ConcatSplitAlongTheLeadingAxis) {
+  const whole h = numbered(S{8, 2, 2});
+  launch(8, [&](device&) {
+    MA a({4, 2});
+    MB b({2, 4});
+    MB c({8, 1});
+    auto x = typemesh::import_tensor<layout<d0(a0)>>(a, h);
+    auto y = typemesh::replace_mesh<layout<d0(a0)>, typemesh::concat_split>(x, b);  // concat
+    auto z = typemesh::replace_mesh<layout<d0(a0)>, typemesh::concat_split>(x, c);  // split
+    EXPECT_EQ(typemesh::export_tensor(y), h);
+    EXPECT_EQ(typemesh::export_tensor(z), h);
+    expect_error<typemesh::device_error>(
+        [&] { typemesh::replace_mesh<layout<d0(a0)>, typemesh::concat_split>(x, MB({2, 4}, {1, 0, 2, 3, 4, 5, 6, 7})); },
+        {"same devices in the same order"});
+  });
+}
+
+// The GNMT pipeline move: interleaved halves to every other device and back.
+TEST(Kinds, PipelineBetweenAMeshAndEveryOtherDevice) {
+  const whole h = numbered(S{8, 2, 2});
+  launch(8, [&](device& dev) {
+    const auto first = devices::first_half(8), second = devices::second_half(8);
+    P1 interleaved({8}, devices::interleave(first, second));
+    P2 evens({4}, first);  // interleaved[0::2]
+    auto x = typemesh::import_tensor<layout<d0(a0)>>(interleaved, h);
+    dev.traffic().reset();
+    auto y = typemesh::replace_mesh<layout<d0(a0)>, typemesh::pipeline>(x, evens);
+    // Each of the first half concatenates its slice with its neighbour's.
+    EXPECT_EQ(dev.traffic().bytes_received(), dev.id() < 4 ? 4u * sizeof(float) : 0u);
+    if (dev.id() < 4) EXPECT_EQ(typemesh::export_tensor(y), h);
+    auto back = typemesh::replace_mesh<layout<d0(a0)>, typemesh::pipeline>(y, interleaved);
+    EXPECT_EQ(typemesh::export_tensor(back), h);
+    expect_error<typemesh::device_error>(
+        [&] { typemesh::replace_mesh<layout<d0(a0)>, typemesh::pipeline>(x, P2({4}, {0, 1, 4, 5})); },
+        {"not a mesh and every other device of it"});
+  });
+}
+
+}  // namespace
