@@ -235,7 +235,9 @@ TEST(Kinds, ReplicationOntoALargerAndASmallerMesh) {
     dev.traffic().reset();
     auto back = typemesh::replace_mesh<typemesh::replicated, typemesh::replication>(y, half);  // the reverse
     EXPECT_EQ(dev.traffic().bytes_received(), 0u);
-    if (dev.id() < 4) EXPECT_EQ(typemesh::export_tensor(back), h);
+    if (dev.id() < 4) {
+      EXPECT_EQ(typemesh::export_tensor(back), h);
+    }
     expect_error<typemesh::device_error>(
         [&] { typemesh::replace_mesh<typemesh::replicated, typemesh::replication>(x, P2({4}, devices::second_half(8))); },
         {"device 4", "is not in mesh 'pipe_half'"});
@@ -258,11 +260,17 @@ TEST(Kinds, DuplicatesAddedAndRemovedAlongAnAxisThatSplitsNothing) {
     const std::uint64_t half = h.size() / 2 * sizeof(float);
     // Device 1 keeps its rows (block 0 in both); device 2 moves from block 1
     // to block 0, and device 4 is new: each receives half the tensor.
-    if (dev.id() == 1) EXPECT_EQ(dev.traffic().bytes_received(), 0u);
-    if (dev.id() == 2 || dev.id() == 4) EXPECT_EQ(dev.traffic().bytes_received(), half);
+    if (dev.id() == 1) {
+      EXPECT_EQ(dev.traffic().bytes_received(), 0u);
+    }
+    if (dev.id() == 2 || dev.id() == 4) {
+      EXPECT_EQ(dev.traffic().bytes_received(), half);
+    }
     EXPECT_EQ(typemesh::export_tensor(y), h);
     auto back = typemesh::replace_mesh<layout<d0(a0)>, typemesh::duplicates>(y, small);
-    if (dev.id() < 4) EXPECT_EQ(typemesh::export_tensor(back), h);
+    if (dev.id() < 4) {
+      EXPECT_EQ(typemesh::export_tensor(back), h);
+    }
     expect_error<typemesh::shape_error>(
         [&] { typemesh::replace_mesh<layout<d0(a0)>, typemesh::duplicates>(x, MB({4, 2})); },
         {"axis a0 changes size from 2 to 4 but splits a dim"});
@@ -321,7 +329,9 @@ TEST(Kinds, PipelineBetweenAMeshAndEveryOtherDevice) {
     auto y = typemesh::replace_mesh<layout<d0(a0)>, typemesh::pipeline>(x, evens);
     // Each of the first half concatenates its slice with its neighbour's.
     EXPECT_EQ(dev.traffic().bytes_received(), dev.id() < 4 ? 4u * sizeof(float) : 0u);
-    if (dev.id() < 4) EXPECT_EQ(typemesh::export_tensor(y), h);
+    if (dev.id() < 4) {
+      EXPECT_EQ(typemesh::export_tensor(y), h);
+    }
     auto back = typemesh::replace_mesh<layout<d0(a0)>, typemesh::pipeline>(y, interleaved);
     EXPECT_EQ(typemesh::export_tensor(back), h);
     expect_error<typemesh::device_error>(

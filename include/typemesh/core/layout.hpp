@@ -19,12 +19,16 @@ namespace typemesh {
 
 namespace detail {
 
+// What a malformed entry maps: checks on dims and axes skip these.
+struct malformed_dim {};
+struct malformed_axis {};
+
 // One entry of a layout, normalised to (dim, axis).
 template <class Entry, class Layout>
 struct layout_entry {
   static_assert(sizeof(diagnostic::not_a_layout_entry<Entry, Layout>));
-  using dim = void;
-  using axis = void;
+  using dim = malformed_dim;  // not void: other members form dim(axis) function types
+  using axis = malformed_axis;
 };
 template <class R, class A, class Layout>
   requires(Dim<R> && Axis<A>)

@@ -49,11 +49,14 @@ struct placement<shape<Dims...>, Layout, Mesh> {
     Layout::for_each([](auto d, auto a) {
       using D = typename decltype(d)::type;
       using A = typename decltype(a)::type;
-      (void)sizeof(diagnostic::layout_dim_not_in_shape<D, shape_type, Layout, !shape_type::template has<D>>);
-      (void)sizeof(diagnostic::layout_axis_not_in_mesh<A, mesh_type, Layout, !mesh_type::template has<A>>);
+      if constexpr (Dim<D> && Axis<A>) {  // a malformed entry has had its own error
+        (void)sizeof(diagnostic::layout_dim_not_in_shape<D, shape_type, Layout, !shape_type::template has<D>>);
+        (void)sizeof(diagnostic::layout_axis_not_in_mesh<A, mesh_type, Layout, !mesh_type::template has<A>>);
+      }
     });
     return true;
   }();
+  static_assert(checked);
 
   template <class D>
   static constexpr int axis_index_of() {

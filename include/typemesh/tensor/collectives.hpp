@@ -52,6 +52,13 @@ consteval bool check_can_split() {
          check_replica_axis<A, Tensor>();
 }
 
+// L with D split over A, or L itself when that is not allowed (the check
+// has already said why; this keeps a second error about the result away).
+template <class D, class A, class S, class L, class M>
+using split_layout = std::conditional_t<S::template has<D> && M::template has<A> && !L::template splits<D> &&
+                                            !L::template uses<A>,
+                                        typename L::template with<D, A>, L>;
+
 // Copies `parts` equal blocks of `src` along dim `d` into consecutive blocks
 // of `dst` (block j = range j of dim d), or back when `unpack`.
 template <class T, std::size_t Rank>
@@ -95,7 +102,7 @@ template <class D, class A, class T, class S, class L, class M>
 auto allsplit(const tensor<T, S, L, M>& x) {
   using in_t = tensor<T, S, L, M>;
   static_assert(detail::check_can_split<D, A, in_t>());
-  using out_t = tensor<T, S, canonical<S, typename L::template with<D, A>>, M>;
+  using out_t = tensor<T, S, canonical<S, detail::split_layout<D, A, S, L, M>>, M>;
   out_t out(x.mesh(), x.shape());
   if (!x.holds_data()) return out;
   constexpr std::size_t d = S::template index_of<D>;
@@ -123,7 +130,7 @@ template <class D, class A, class T, class S, class L, class M>
 auto reduce_scatter(const tensor<T, S, L, M>& x, reduce_op op = reduce_op::sum) {
   using in_t = tensor<T, S, L, M>;
   static_assert(detail::check_can_split<D, A, in_t>());
-  using out_t = tensor<T, S, canonical<S, typename L::template with<D, A>>, M>;
+  using out_t = tensor<T, S, canonical<S, detail::split_layout<D, A, S, L, M>>, M>;
   out_t out(x.mesh(), x.shape());
   if (!x.holds_data()) return out;
   group g = x.mesh().template group_along<A>(x.device());

@@ -35,6 +35,7 @@ class tensor {
   using layout_type = Layout;
   using mesh_type = Mesh;
   using geometry = placement<Shape, Layout, Mesh>;
+  static_assert(sizeof(geometry) > 0);  // checks the layout against the shape and mesh
   static constexpr std::size_t rank = Shape::rank;
 
   // A zero-filled tensor on this thread's device.

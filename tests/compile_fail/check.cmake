@@ -1,0 +1,106 @@
+# Compiles one compile-fail case and checks how the compiler answers. Run with
+# `cmake -P`:
+#
+#   cmake -DCASE=<name> -DSOURCE=<case>.cpp -DMODE=fail|valid
+#         -DCOMPILER=<c++> -DINCLUDE_DIR=<typemesh include dir>
+#         [-DSYSTEM_INCLUDE_DIRS=<dir>|<dir>...] -P check.cmake
+#
+# MODE=fail  compiles the mistake (-DFIXED=0) and asserts that
+#            1. the compile fails,
+#            2. the first error the compiler reports is a typemesh check
+#               (a static assertion whose message starts with "typemesh: "),
+#               not a cascade from somewhere else,
+#            3. the output matches every `// expect: <regex>` line of the
+#               source: the check's message, and the check's name with the
+#               dim, axis, shape or mesh it is about, as in
+#               `diagnostic::dim_mapped_twice<batch,`.
+# MODE=valid compiles the same code with the mistake fixed (-DFIXED=1) and
+#            asserts that it compiles.
+#
+# The compile is -fsyntax-only: templates are instantiated, and so checked,
+# but no code is generated. On any failure the compiler's output is printed.
+cmake_minimum_required(VERSION 3.25)
+
+foreach(_var IN ITEMS CASE SOURCE MODE COMPILER INCLUDE_DIR)
+  if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
+    message(FATAL_ERROR "check.cmake: pass -D${_var}=...")
+  endif()
+endforeach()
+if(MODE STREQUAL "fail")
+  set(_fixed 0)
+elseif(MODE STREQUAL "valid")
+  set(_fixed 1)
+else()
+  message(FATAL_ERROR "check.cmake: MODE must be fail or valid, not '${MODE}'")
+endif()
+if(NOT EXISTS "${SOURCE}")
+  message(FATAL_ERROR "check.cmake: no case source '${SOURCE}'")
+endif()
+
+set(_includes "-I${INCLUDE_DIR}")
+if(DEFINED SYSTEM_INCLUDE_DIRS AND NOT SYSTEM_INCLUDE_DIRS STREQUAL "")
+  # '|'-separated, so the list survives add_test() and the command line.
+  string(REPLACE "|" ";" _system_dirs "${SYSTEM_INCLUDE_DIRS}")
+  foreach(_dir IN LISTS _system_dirs)
+    list(APPEND _includes -isystem "${_dir}")
+  endforeach()
+endif()
+
+# LC_ALL=C: plain ASCII quotes in the messages, whatever the user's locale.
+set(_command
+  "${CMAKE_COMMAND}" -E env LC_ALL=C
+  "${COMPILER}" -std=c++20 -fsyntax-only -fdiagnostics-color=never
+  ${_includes}
+  -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP
+  -DFIXED=${_fixed}
+  "${SOURCE}")
+
+execute_process(
+  COMMAND ${_command}
+  RESULT_VARIABLE _result
+  OUTPUT_VARIABLE _output
+  ERROR_VARIABLE _output
+  TIMEOUT 300)
+
+list(JOIN _command " " _command_line)
+function(_fail why)
+  message(FATAL_ERROR
+    "[${CASE}] ${why}\n"
+    "command: ${_command_line}\n"
+    "compiler output:\n${_output}")
+endfunction()
+
+if(MODE STREQUAL "valid")
+  if(NOT _result EQUAL 0)
+    _fail("the fixed code (FIXED=1) does not compile (exit ${_result})")
+  endif()
+  message(STATUS "[${CASE}] the fixed code compiles")
+  return()
+endif()
+
+if(_result EQUAL 0)
+  _fail("the mistake (FIXED=0) compiles, but a typemesh check should reject it")
+endif()
+if(NOT _result MATCHES "^[0-9]+$")
+  _fail("the compiler did not run to completion: ${_result}")
+endif()
+
+string(REGEX MATCH "[^\n]*error:[^\n]*" _first_error "${_output}")
+if(NOT _first_error MATCHES "typemesh: ")
+  _fail("the first error is not a typemesh check:\n  ${_first_error}")
+endif()
+
+file(STRINGS "${SOURCE}" _expectations REGEX "^// expect: ")
+if(NOT _expectations)
+  message(FATAL_ERROR "[${CASE}] ${SOURCE} has no '// expect: <regex>' line")
+endif()
+foreach(_line IN LISTS _expectations)
+  string(REGEX REPLACE "^// expect: " "" _regex "${_line}")
+  if(NOT _output MATCHES "${_regex}")
+    _fail("the compiler output does not match '${_regex}'")
+  endif()
+endforeach()
+
+# For `ctest -V`: the lines a user reads first.
+string(REGEX MATCH "[^\n]*[Ii]n instantiation of[^\n]*" _first_context "${_output}")
+message(STATUS "[${CASE}] rejected as expected:\n  ${_first_context}\n  ${_first_error}")
