@@ -341,3 +341,42 @@ TEST(Kinds, PipelineBetweenAMeshAndEveryOtherDevice) {
 }
 
 }  // namespace
+
+namespace {
+using namespace tt;
+using typemesh::layout;
+
+// The layouts choose the algorithm at compile time.
+template <class From, class To>
+using route = typemesh::detail::relayout_route<shape<d0, d1, d2>, From, To>;
+static_assert(std::is_same_v<route<layout<d0(a0), d1(a1)>, layout<d1(a1)>>::concat_dim, d0>);
+static_assert(std::is_same_v<route<layout<d1(a1)>, layout<d0(a0), d1(a1)>>::split_dim, d0>);
+static_assert(std::is_same_v<route<layout<d0(a0)>, layout<d2(a0)>>::exchange_dim, d0>);
+static_assert(std::is_same_v<route<layout<d0(a0)>, layout<d2(a0)>>::exchange_partner<d0>, d2>);
+static_assert(std::is_void_v<route<layout<d0(a0), d1(a1)>, layout<d0(a1), d1(a0)>>::concat_dim>);
+static_assert(std::is_void_v<route<layout<d0(a0), d1(a1)>, layout<d0(a1), d1(a0)>>::exchange_dim>);
+
+TEST(Relayout, EachRouteKeepsValuesAtMinimumTraffic) {
+  const S s{8, 8, 8};
+  const whole h = numbered(s);
+  typemesh::launch(8, [&](typemesh::device& dev) {
+    MA a({2, 4});
+    auto x = typemesh::import_tensor<layout<d0(a0), d1(a1)>>(a, h);
+    auto check = [&](const auto& y, std::uint64_t lacking_elements) {
+      EXPECT_EQ(dev.traffic().bytes_received(), lacking_elements * sizeof(float));
+      dev.traffic().reset();
+      EXPECT_EQ(typemesh::export_tensor(y), h);
+      dev.traffic().reset();
+    };
+    dev.traffic().reset();
+    auto c = typemesh::relayout<layout<d1(a1)>>(x);  // allconcat of d0: lacks the other half
+    EXPECT_EQ(dev.traffic()[typemesh::op_kind::allgather].calls, 1u);
+    check(c, 512 / 4 - 512 / 8);
+    auto sp = typemesh::relayout<layout<d1(a1), d2(a0)>>(c);  // allsplit: nothing
+    check(sp, 0);
+    auto ex = typemesh::relayout<layout<d0(a0), d2(a1)>>(x);  // alltoall d1 -> d2 on a1
+    EXPECT_EQ(dev.traffic()[typemesh::op_kind::alltoall].calls, 1u);
+    check(ex, 512 / 8 * 3 / 4);
+  });
+}
+}  // namespace
