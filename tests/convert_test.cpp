@@ -31,19 +31,10 @@ whole numbered(const S& s) {
 
 // Every injective map of {d0, d1, d2} into {a0, a1}: code c0 + 3 c1 + 9 c2,
 // digit 0 = whole, k = axis k-1.
-template <class D, int Digit>
-struct entry {
-  using type = layout<>;
-};
-template <class D, int Digit>
-  requires(Digit > 0)
-struct entry<D, Digit> {
-  using type = layout<D(axis_n<Digit - 1>)>;
-};
 template <int Code>
-using layout_of = typename typemesh::detail::concat_layouts<typename entry<d0, Code % 3>::type,
-                                                            typename entry<d1, Code / 3 % 3>::type,
-                                                            typename entry<d2, Code / 9>::type>::type;
+using layout_of = typename typemesh::detail::concat_layouts<typename tt::entry<d0, Code % 3>::type,
+                                                            typename tt::entry<d1, Code / 3 % 3>::type,
+                                                            typename tt::entry<d2, Code / 9>::type>::type;
 constexpr bool valid(int code) {
   int c[3] = {code % 3, code / 3 % 3, code / 9};
   return !(c[0] && c[0] == c[1]) && !(c[0] && c[0] == c[2]) && !(c[1] && c[1] == c[2]);
@@ -241,6 +232,9 @@ TEST(Kinds, ReplicationOntoALargerAndASmallerMesh) {
     expect_error<typemesh::device_error>(
         [&] { typemesh::replace_mesh<typemesh::replicated, typemesh::replication>(x, P2({4}, devices::second_half(8))); },
         {"device 4", "is not in mesh 'pipe_half'"});
+    expect_error<typemesh::device_error>(  // growing must keep the devices that hold it
+        [&] { typemesh::replace_mesh<typemesh::replicated, typemesh::replication>(x, P1({8}, devices::range(2, 8))); },
+        {"device 0 of mesh 'pipe_half'", "is not in mesh 'pipe' [a0=8] on devices [2 3 4 5 6 7 8 9]"});
     expect_error<typemesh::shape_error>(
         [&] {
           typemesh::replace_mesh<typemesh::replicated, typemesh::replication>(x, P1({6}, devices::range(0, 6)));

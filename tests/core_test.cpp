@@ -31,34 +31,11 @@ static_assert(shape<d0, d1, d2>::index_of<d2> == 2 && !shape<d0>::has<d1>);
 
 // --- Random layouts: every injective map of {d0,d1,d2} into a mesh's axes ----
 
-template <class... E>
-struct list {};
-template <class A, class B>
-struct concat;
-template <class... A, class... B>
-struct concat<list<A...>, list<B...>> {
-  using type = list<A..., B...>;
-};
-template <class D, int Code>
-struct entry {
-  using type = list<>;
-};
-template <class D, int Code>
-  requires(Code > 0)
-struct entry<D, Code> {
-  using type = list<D(axis_n<Code - 1>)>;
-};
-template <class List>
-struct as_layout;
-template <class... E>
-struct as_layout<list<E...>> {
-  using type = layout<E...>;
-};
 // Code c0 + 4 c1 + 16 c2; digit 0 leaves the dim whole, k puts it on axis k-1.
 template <int Code>
-using layout_of = typename as_layout<typename concat<
-    typename concat<typename entry<d0, Code % 4>::type, typename entry<d1, Code / 4 % 4>::type>::type,
-    typename entry<d2, Code / 16>::type>::type>::type;
+using layout_of =
+    typename typemesh::detail::concat_layouts<typename tt::entry<d0, Code % 4>::type, typename tt::entry<d1, Code / 4 % 4>::type,
+                                              typename tt::entry<d2, Code / 16>::type>::type;
 
 constexpr bool valid_code(int code, int mesh_rank) {
   int c[3] = {code % 4, code / 4 % 4, code / 16};

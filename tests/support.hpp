@@ -20,6 +20,18 @@ struct a2 : typemesh::axis<"a2"> {};
 template <int I>
 using axis_n = std::tuple_element_t<I, std::tuple<a0, a1, a2>>;
 
+// layout<D(axis Digit - 1)>, or layout<> for digit 0: the tests build every
+// layout of a shape from a code with one digit per dim.
+template <class D, int Digit>
+struct entry {
+  using type = typemesh::layout<>;
+};
+template <class D, int Digit>
+  requires(Digit > 0)
+struct entry<D, Digit> {
+  using type = typemesh::layout<D(axis_n<Digit - 1>)>;
+};
+
 // Expects `stmt` to throw E with a message containing every one of `parts`.
 template <class E, class F>
 void expect_error(F&& stmt, std::initializer_list<std::string> parts) {

@@ -51,8 +51,8 @@ struct same_slices {
   }
 };
 
-// A fully replicated tensor onto a larger mesh (whose size is a multiple) or
-// one no larger, whose devices are among the old ones.
+// A fully replicated tensor onto a larger mesh (a multiple in size) that
+// contains the old devices, or onto a smaller one among them.
 struct replication {
   template <class S, class Old, class New>
   static constexpr bool fits = [] {
@@ -71,13 +71,18 @@ struct replication {
       throw shape_error(detail::cat("replace_mesh<replication>: replicating from ", from, " onto ", to,
                                     " devices needs a multiple of ", from));
     }
-    if (to <= from) {
-      for (int d : target.devices())
-        if (!x.mesh().contains(d)) {
-          throw device_error(detail::cat("replace_mesh<replication>: device ", d, " of ", target.describe(),
-                                         " is not in ", x.mesh().describe(), "; removing replicas keeps devices"));
+    // The smaller mesh's devices are among the larger's, so that the reverse
+    // (the gradient) is a replication too.
+    auto require_within = [](const auto& small, const auto& large) {
+      for (int d : small.devices())
+        if (!large.contains(d)) {
+          throw device_error(detail::cat("replace_mesh<replication>: device ", d, " of ", small.describe(), " is not in ",
+                                         large.describe(),
+                                         "; replicas are added to or removed from the devices that hold one"));
         }
-    }
+    };
+    if (to <= from) require_within(target, x.mesh());
+    else require_within(x.mesh(), target);
   }
 };
 
@@ -157,8 +162,16 @@ constexpr bool on_leading_axis() {
 // One dim split along the leading mesh axis in both, concatenated or split
 // further as the leading axis shrinks or grows; the same devices.
 struct concat_split {
+  // The split dim stays the split dim; that it is on the leading axis is
+  // checked with the meshes, in check_types.
   template <class S, class Old, class New>
-  static constexpr bool fits = true;  // checked with the meshes in check_types
+  static constexpr bool fits = [] {
+    Old::for_each([](auto d, auto) {
+      using D = typename decltype(d)::type;
+      (void)sizeof(diagnostic::dim_changes_axis<D, Old, New, !New::template splits<D>>);
+    });
+    return true;
+  }();
   template <class X, class Y>
   static constexpr bool check_types() {
     return detail::on_leading_axis<typename X::layout_type, typename X::mesh_type>() &&
@@ -184,7 +197,7 @@ struct concat_split {
 // neighbour's). One dim split along the leading axis in both.
 struct pipeline {
   template <class S, class Old, class New>
-  static constexpr bool fits = true;
+  static constexpr bool fits = concat_split::fits<S, Old, New>;
   template <class X, class Y>
   static constexpr bool check_types() {
     return concat_split::check_types<X, Y>();

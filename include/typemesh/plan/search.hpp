@@ -1,0 +1,344 @@
+// The exact search for the cheapest strategy (PaSE's FindBestStrategy): the
+// layers are eliminated one at a time in a fixed order; eliminating v joins
+// every cost table that mentions v, adds v's own cost, and minimises over v's
+// configurations for each combination of the configurations of the tables'
+// other layers (v's neighbours in the graph filled in by the eliminations
+// before it). The argmin of each step is kept, so that the cheapest strategy
+// is read back in reverse order. The result is the exact minimum of Eq. (1);
+// the order only decides the sizes of the tables.
+//
+// The default order is PaSE's GenerateSeq: repeatedly the layer with the
+// fewest not-yet-eliminated (filled-in) neighbours, ties to the lowest index.
+// Breadth-first order (from layer 0) is there for comparison.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <vector>
+
+#include "typemesh/plan/cost.hpp"
+
+namespace typemesh::plan {
+
+enum class vertex_order { generate_seq, breadth_first };
+
+struct search_options {
+  vertex_order order = vertex_order::generate_seq;
+  // Refuse to build a table with more entries than this (memory guard).
+  std::uint64_t max_table_entries = std::uint64_t{1} << 31;
+};
+
+struct search_result {
+  double cost = 0.0;
+  std::vector<int> choice;  // configuration index per layer
+  std::vector<int> order;   // elimination order
+  std::uint64_t largest_table = 0;  // entries of the largest table built
+  std::uint64_t peak_bytes = 0;     // peak bytes of live tables and argmins
+};
+
+// Undirected neighbour sets of the problem's graph.
+inline std::vector<std::set<int>> neighbours(const problem& p) {
+  std::vector<std::set<int>> nb(static_cast<std::size_t>(p.size()));
+  for (const auto& e : p.edges) {
+    if (e.src == e.dst) continue;
+    nb[e.src].insert(e.dst);
+    nb[e.dst].insert(e.src);
+  }
+  return nb;
+}
+
+// GenerateSeq: minimum fill-in degree first.
+inline std::vector<int> generate_seq(const problem& p) {
+  const int n = p.size();
+  auto nb = neighbours(p);
+  std::vector<int> count(n);
+  for (int v = 0; v < n; ++v) count[v] = static_cast<int>(nb[v].size());
+  std::vector<char> done(n, 0);
+  std::vector<int> order;
+  order.reserve(n);
+  for (int step = 0; step < n; ++step) {
+    int best = -1;
+    for (int v = 0; v < n; ++v)
+      if (!done[v] && (best < 0 || count[v] < count[best])) best = v;
+    order.push_back(best);
+    done[best] = 1;
+    const auto around = nb[best];
+    for (int u : around) {
+      auto& s = nb[u];
+      s.insert(around.begin(), around.end());
+      s.erase(best);
+      s.erase(u);
+      count[u] = static_cast<int>(s.size());
+    }
+  }
+  return order;
+}
+
+// Breadth-first from layer 0 (then from the lowest unreached layer).
+inline std::vector<int> breadth_first(const problem& p) {
+  const int n = p.size();
+  auto nb = neighbours(p);
+  std::vector<char> seen(n, 0);
+  std::vector<int> order;
+  order.reserve(n);
+  for (int root = 0; root < n; ++root) {
+    if (seen[root]) continue;
+    seen[root] = 1;
+    std::size_t head = order.size();
+    order.push_back(root);
+    while (head < order.size()) {
+      const int v = order[head++];
+      for (int u : nb[v])
+        if (!seen[u]) {
+          seen[u] = 1;
+          order.push_back(u);
+        }
+    }
+  }
+  return order;
+}
+
+namespace detail_search {
+
+// A cost table over some layers. Entry for configurations (c_1 … c_k) of
+// scope (u_1 … u_k) is data[Σ strides[i] · map_i(c_i)], map_i the identity or
+// a configuration → layout map.
+struct factor {
+  std::vector<int> scope;
+  std::vector<const std::int32_t*> maps;
+  std::vector<std::int64_t> strides;
+  const double* data = nullptr;
+  std::vector<double> own;
+  bool live = true;
+
+  int where(int v) const {
+    for (std::size_t i = 0; i < scope.size(); ++i)
+      if (scope[i] == v) return static_cast<int>(i);
+    return -1;
+  }
+  std::int64_t offset(int i, std::int64_t c) const { return strides[i] * (maps[i] ? maps[i][c] : c); }
+};
+
+struct step {
+  int v = 0;
+  std::vector<int> scope;
+  std::vector<std::int64_t> strides;
+  std::vector<std::int32_t> argmin;
+};
+
+}  // namespace detail_search
+
+inline search_result find_best_strategy(const problem& p, const std::vector<int>& order,
+                                        const search_options& opt = {}) {
+  using detail_search::factor;
+  const int n = p.size();
+  if (static_cast<int>(order.size()) != n)
+    throw plan_error(detail::cat("elimination order has ", order.size(), " layers, the graph ", n));
+  {
+    std::vector<char> seen(n, 0);
+    for (int v : order) {
+      if (v < 0 || v >= n || seen[v]) throw plan_error(detail::cat("elimination order repeats or misses layer ", v));
+      seen[v] = 1;
+    }
+  }
+  std::vector<std::int64_t> ncfg(n);
+  for (int v = 0; v < n; ++v) {
+    ncfg[v] = static_cast<std::int64_t>(p.vertex_costs[v].size());
+    if (ncfg[v] == 0) throw plan_error(detail::cat("layer #", v, " has no configuration"));
+  }
+
+  std::vector<std::vector<double>> unary = p.vertex_costs;
+  std::vector<factor> factors;
+  factors.reserve(p.edges.size() + static_cast<std::size_t>(n));
+  std::vector<std::vector<int>> touching(n);  // factor ids per layer
+  std::uint64_t live_bytes = 0;
+  search_result res;
+  for (const auto& e : p.edges) {
+    factor f;
+    f.scope = {e.src, e.dst};
+    f.maps = {e.src_layout.data(), e.dst_layout.data()};
+    f.strides = {e.dst_layouts, 1};
+    f.data = e.table.data();
+    const int id = static_cast<int>(factors.size());
+    factors.push_back(std::move(f));
+    touching[e.src].push_back(id);
+    if (e.dst != e.src) touching[e.dst].push_back(id);
+  }
+
+  std::vector<int> pos(n);
+  for (int i = 0; i < n; ++i) pos[order[i]] = i;
+  std::vector<detail_search::step> steps;
+  steps.reserve(n);
+  std::vector<char> gone(n, 0);
+  double constant = 0.0;
+  std::vector<double> acc;
+  for (int v : order) {
+    std::vector<int> fs;
+    for (int id : touching[v])
+      if (factors[id].live) fs.push_back(id);
+    std::sort(fs.begin(), fs.end());
+    fs.erase(std::unique(fs.begin(), fs.end()), fs.end());
+    std::vector<int> scope;
+    for (int id : fs)
+      for (int u : factors[id].scope)
+        if (u != v) scope.push_back(u);
+    std::sort(scope.begin(), scope.end());
+    scope.erase(std::unique(scope.begin(), scope.end()), scope.end());
+    // The layer eliminated soonest runs fastest: when it is eliminated, its
+    // entries in this table are contiguous.
+    std::sort(scope.begin(), scope.end(), [&](int a, int b) { return pos[a] > pos[b]; });
+    for (int u : scope)
+      if (gone[u]) throw plan_error(detail::cat("internal: table mentions eliminated layer #", u));
+    const int k = static_cast<int>(scope.size());
+    std::vector<std::int64_t> strides(k);
+    std::uint64_t entries = 1;
+    for (int j = k - 1; j >= 0; --j) {
+      strides[j] = static_cast<std::int64_t>(entries);
+      entries *= static_cast<std::uint64_t>(ncfg[scope[j]]);
+      if (entries > opt.max_table_entries)
+        throw plan_error(detail::cat("eliminating layer #", v, " needs a table over ", k,
+                                     " layers with more than ", opt.max_table_entries, " entries"));
+    }
+    res.largest_table = std::max(res.largest_table, entries);
+    if (std::getenv("TM_PLAN_TRACE")) std::fprintf(stderr, "v=%d k=%d entries=%llu nv=%lld nf=%zu work=%.3g\n", v, k, (unsigned long long)entries, (long long)ncfg[v], fs.size(), double(entries)*ncfg[v]*fs.size());
+
+    // Per factor: v's offsets, and per scope position the offsets of its
+    // configurations (empty when the factor does not mention that layer).
+    const std::int64_t nv = ncfg[v];
+    const std::size_t nf = fs.size();
+    std::vector<std::vector<std::int64_t>> voff(nf);
+    std::vector<std::vector<std::vector<std::int64_t>>> contrib(nf, std::vector<std::vector<std::int64_t>>(k));
+    std::vector<std::int64_t> base(nf, 0);
+    std::vector<char> dense(nf, 0);  // v's entries contiguous in this factor
+    for (std::size_t a = 0; a < nf; ++a) {
+      const factor& f = factors[fs[a]];
+      const int wv = f.where(v);
+      voff[a].resize(nv);
+      for (std::int64_t c = 0; c < nv; ++c) voff[a][c] = f.offset(wv, c);
+      dense[a] = !f.maps[wv] && f.strides[wv] == 1;
+      for (int j = 0; j < k; ++j) {
+        const int w = f.where(scope[j]);
+        if (w < 0) continue;
+        auto& cv = contrib[a][j];
+        cv.resize(ncfg[scope[j]]);
+        for (std::int64_t c = 0; c < ncfg[scope[j]]; ++c) cv[c] = f.offset(w, c);
+        base[a] += cv[0];
+      }
+    }
+
+    detail_search::step st;
+    st.v = v;
+    st.scope = scope;
+    st.strides = strides;
+    st.argmin.resize(entries);
+    factor nfct;
+    nfct.own.resize(entries);
+    std::vector<std::int64_t> digit(k, 0);
+    acc.resize(nv);
+    const double* uv = unary[v].data();
+    for (std::uint64_t e = 0; e < entries; ++e) {
+      std::copy(uv, uv + nv, acc.begin());
+      for (std::size_t a = 0; a < nf; ++a) {
+        const double* __restrict d = factors[fs[a]].data + base[a];
+        double* __restrict ac = acc.data();
+        if (dense[a]) {
+          for (std::int64_t c = 0; c < nv; ++c) ac[c] += d[c];
+        } else {
+          const std::int64_t* __restrict o = voff[a].data();
+          for (std::int64_t c = 0; c < nv; ++c) ac[c] += d[o[c]];
+        }
+      }
+      std::int64_t best = 0;
+      double bv = acc[0];
+      for (std::int64_t c = 1; c < nv; ++c)
+        if (acc[c] < bv) {
+          bv = acc[c];
+          best = c;
+        }
+      nfct.own[e] = bv;
+      st.argmin[e] = static_cast<std::int32_t>(best);
+      // Next combination: the last scope layer runs fastest.
+      for (int j = k - 1; j >= 0; --j) {
+        const std::int64_t old = digit[j];
+        std::int64_t nw = old + 1;
+        if (nw == ncfg[scope[j]]) nw = 0;
+        digit[j] = nw;
+        for (std::size_t a = 0; a < nf; ++a)
+          if (!contrib[a][j].empty()) base[a] += contrib[a][j][nw] - contrib[a][j][old];
+        if (nw != 0) break;
+      }
+    }
+
+    for (int id : fs) {
+      factor& f = factors[id];
+      f.live = false;
+      live_bytes -= f.own.size() * sizeof(double);
+      f.own.clear();
+      f.own.shrink_to_fit();
+    }
+    gone[v] = 1;
+    live_bytes += entries * (sizeof(double) + sizeof(std::int32_t));
+    res.peak_bytes = std::max(res.peak_bytes, live_bytes);
+    live_bytes -= entries * sizeof(double);  // the table may fold into a vertex below
+    if (k == 0) {
+      constant += nfct.own[0];
+    } else if (k == 1) {
+      auto& u = unary[scope[0]];
+      for (std::int64_t c = 0; c < ncfg[scope[0]]; ++c) u[c] += nfct.own[c];
+    } else {
+      nfct.scope = scope;
+      nfct.maps.assign(k, nullptr);
+      nfct.strides = strides;
+      nfct.data = nfct.own.data();
+      live_bytes += entries * sizeof(double);
+      const int id = static_cast<int>(factors.size());
+      factors.push_back(std::move(nfct));
+      for (int u : scope) touching[u].push_back(id);
+    }
+    steps.push_back(std::move(st));
+  }
+
+  res.cost = constant;
+  res.order = order;
+  res.choice.assign(n, 0);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    std::int64_t idx = 0;
+    for (std::size_t j = 0; j < it->scope.size(); ++j) idx += it->strides[j] * res.choice[it->scope[j]];
+    res.choice[it->v] = it->argmin[static_cast<std::size_t>(idx)];
+  }
+  return res;
+}
+
+inline search_result find_best_strategy(const problem& p, const search_options& opt = {}) {
+  const auto order = opt.order == vertex_order::generate_seq ? generate_seq(p) : breadth_first(p);
+  return find_best_strategy(p, order, opt);
+}
+
+// Exhaustive search, for tests on small problems.
+inline search_result brute_force(const problem& p) {
+  const int n = p.size();
+  search_result res;
+  res.cost = std::numeric_limits<double>::infinity();
+  std::vector<int> cur(n, 0);
+  while (true) {
+    const double c = strategy_cost(p, cur);
+    if (c < res.cost) {
+      res.cost = c;
+      res.choice = cur;
+    }
+    int j = n - 1;
+    for (; j >= 0; --j) {
+      if (++cur[j] < static_cast<int>(p.vertex_costs[j].size())) break;
+      cur[j] = 0;
+    }
+    if (j < 0) break;
+  }
+  return res;
+}
+
+}  // namespace typemesh::plan

@@ -1,0 +1,423 @@
+// Tests of the strategy search (plan/): configurations, costs, the dynamic
+// program against exhaustive search, and the PaSE tool's minimum costs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "typemesh/plan/networks.hpp"
+#include "typemesh/plan/search.hpp"
+
+namespace tp = typemesh::plan;
+
+namespace {
+
+std::string data_dir() {
+#ifdef TYPEMESH_PLAN_DATA_DIR
+  return TYPEMESH_PLAN_DATA_DIR;
+#else
+  std::string f = __FILE__;
+  const auto slash = f.find_last_of('/');
+  return (slash == std::string::npos ? std::string(".") : f.substr(0, slash)) + "/plan";
+#endif
+}
+
+void expect_dp_equals_brute_force(const tp::problem& p, const std::string& what) {
+  const auto bf = tp::brute_force(p);
+  for (auto order : {tp::vertex_order::generate_seq, tp::vertex_order::breadth_first}) {
+    tp::search_options o;
+    o.order = order;
+    const auto dp = tp::find_best_strategy(p, o);
+    const double tol = 1e-9 * std::max(1.0, std::abs(bf.cost));
+    EXPECT_NEAR(dp.cost, bf.cost, tol) << what << " order " << static_cast<int>(order);
+    ASSERT_EQ(dp.choice.size(), static_cast<std::size_t>(p.size()));
+    EXPECT_NEAR(tp::strategy_cost(p, dp.choice), dp.cost, tol) << what << ": the returned strategy has another cost";
+  }
+}
+
+std::uint64_t search_space(const tp::problem& p) {
+  std::uint64_t n = 1;
+  for (const auto& c : p.vertex_costs) n *= c.size();
+  return n;
+}
+
+// ---- small graphs from the builder ----------------------------------------
+
+tp::graph chain(std::mt19937& rng, int layers) {
+  tp::graph_builder g("chain", 2.0);
+  std::uniform_int_distribution<int> pick(0, 2);
+  auto x = g.input({8, 8});
+  for (int i = 0; i < layers; ++i) x = g.fc(x, pick(rng) == 0 ? 4 : 8, pick(rng) % 2);
+  g.softmax_xent(x);
+  return g.finish();
+}
+
+tp::graph diamond(std::mt19937& rng) {
+  tp::graph_builder g("diamond", 2.0);
+  std::uniform_int_distribution<int> pick(0, 1);
+  auto x = g.fc(g.input({8, 4}), 8, pick(rng));
+  auto a = g.fc(x, 8, pick(rng));
+  auto b = g.fc(x, 8, 0);
+  if (pick(rng)) b = g.norm(b, -1);
+  auto y = g.elementwise(a, b, pick(rng));
+  g.softmax_xent(g.norm(y, 0));
+  return g.finish();
+}
+
+tp::graph fork(std::mt19937& rng) {
+  // Inception-like: branches of conv/pooling joined by a concat.
+  tp::graph_builder g("fork", 2.0);
+  std::uniform_int_distribution<int> pick(0, 1);
+  auto x = g.conv(g.input({4, 2, 6, 6}), {4, 2, 1, 1}, 1, 0, pick(rng));
+  auto b1 = g.conv(x, {4, 4, 1, 1});
+  auto b2 = g.conv(x, {4, 4, 3, 3}, 1, 1);
+  auto b3 = g.pooling(x, {3, 3}, 1, 1);
+  auto y = g.concat({b1, b2, b3}, 1);
+  y = g.reduce_mean(y, {2, 3});
+  g.fc(y, 4);
+  return g.finish();
+}
+
+tp::graph attention_like() {
+  tp::graph_builder g("attention", 2.0);
+  auto x = g.input({4, 4, 4});  // b l e
+  auto qkv = g.einsum("ble,shek->sbhlk", x, g.input({2, 2, 4, 2}));
+  auto parts = g.unstack(qkv, 0);
+  auto logits = g.einsum("bhlk,bhmk->bhlm", parts[0], parts[1]);
+  auto w = g.softmax(logits, 3);
+  auto y = g.einsum("bhlm,bhmk->bhlk", w, parts[2]);
+  y = g.einsum("bhlk,hek->ble", y, g.input({2, 4, 2}));
+  g.softmax_xent(g.elementwise(x, y));
+  return g.finish();
+}
+
+tp::graph pipeline_like() {
+  tp::graph_builder g("pipeline", 1.0);
+  auto x = g.embedding(g.input({4, 2}), 4, 4);
+  x = g.lstm(x, 4, 2);
+  x = g.reshape(x, {32});
+  g.reshape(x, {8, 4});
+  return g.finish();
+}
+
+// ---- random problems --------------------------------------------------------
+
+tp::problem random_problem(std::mt19937& rng, int n, int extra_edges) {
+  std::uniform_int_distribution<int> ncfg(1, 5);
+  std::uniform_real_distribution<double> cost(0.0, 100.0);
+  tp::problem p;
+  for (int v = 0; v < n; ++v) {
+    const int k = ncfg(rng);
+    tp::config_table t;
+    t.rank = 1;
+    for (int i = 0; i < k; ++i) t.splits.push_back(i + 1);
+    p.configs.push_back(t);
+    std::vector<double> c(k);
+    for (auto& x : c) x = cost(rng);
+    p.vertex_costs.push_back(c);
+  }
+  auto add_edge = [&](int a, int b) {
+    tp::edge_table e;
+    e.src = a;
+    e.dst = b;
+    std::uniform_int_distribution<int> la(1, static_cast<int>(p.vertex_costs[a].size()));
+    std::uniform_int_distribution<int> lb(1, static_cast<int>(p.vertex_costs[b].size()));
+    e.src_layouts = la(rng);
+    e.dst_layouts = lb(rng);
+    for (std::size_t i = 0; i < p.vertex_costs[a].size(); ++i)
+      e.src_layout.push_back(static_cast<int>(i) % e.src_layouts);
+    for (std::size_t i = 0; i < p.vertex_costs[b].size(); ++i)
+      e.dst_layout.push_back(static_cast<int>((i * 7 + 3) % static_cast<std::size_t>(e.dst_layouts)));
+    for (int i = 0; i < e.src_layouts * e.dst_layouts; ++i) e.table.push_back(cost(rng));
+    p.edges.push_back(e);
+  };
+  for (int v = 1; v < n; ++v) {
+    std::uniform_int_distribution<int> parent(0, v - 1);
+    add_edge(parent(rng), v);
+  }
+  std::uniform_int_distribution<int> any(0, n - 1);
+  for (int i = 0; i < extra_edges; ++i) {
+    int a = any(rng), b = any(rng);
+    if (a == b) continue;
+    if (a > b) std::swap(a, b);
+    bool dup = false;
+    for (const auto& e : p.edges) dup |= e.src == a && e.dst == b;
+    if (!dup) add_edge(a, b);
+  }
+  return p;
+}
+
+struct reference_row {
+  std::string graph;
+  std::int64_t procs = 0;
+  std::int64_t batch = 128;
+  double cost = 0.0;
+  int line = 0;
+};
+
+// Reads graph, procs, total_cost (tab- or space-separated; an optional header
+// names the columns, and may add a batch column; '#' starts a comment).
+std::vector<reference_row> read_reference(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<reference_row> rows;
+  if (!in) return rows;
+  std::string line;
+  int col_graph = 0, col_procs = 1, col_cost = 2, col_batch = -1;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ls(line);
+    std::vector<std::string> f;
+    for (std::string w; ls >> w;) f.push_back(w);
+    if (f.size() < 3) continue;
+    bool header = false;
+    for (auto& w : f) header |= w == "procs" || w == "graph" || w == "total_cost";
+    if (header) {
+      for (int i = 0; i < static_cast<int>(f.size()); ++i) {
+        if (f[i] == "graph") col_graph = i;
+        if (f[i] == "procs" || f[i] == "p") col_procs = i;
+        if (f[i] == "total_cost" || f[i] == "cost") col_cost = i;
+        if (f[i] == "batch") col_batch = i;
+      }
+      continue;
+    }
+    reference_row r;
+    r.line = lineno;
+    r.graph = f.at(col_graph);
+    try {
+      r.procs = std::stoll(f.at(col_procs));
+      r.cost = std::stod(f.at(col_cost));
+      if (col_batch >= 0) r.batch = std::stoll(f.at(col_batch));
+    } catch (const std::exception&) {
+      continue;  // a row without a cost (a run that did not finish)
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+}  // namespace
+
+// ---- configurations and costs -------------------------------------------------
+
+TEST(PlanConfig, Divisors) {
+  EXPECT_EQ(tp::divisors(12), (std::vector<std::int64_t>{1, 2, 3, 4, 6, 12}));
+  EXPECT_EQ(tp::divisors(1), (std::vector<std::int64_t>{1}));
+  EXPECT_EQ(tp::divisors(49), (std::vector<std::int64_t>{1, 7, 49}));
+}
+
+TEST(PlanConfig, CutoffAndUnsplittableDims) {
+  EXPECT_EQ(tp::dim_splits({"b", 128}, 64, 4.0), (std::vector<std::int64_t>{1, 2, 4, 8, 16, 32}));
+  EXPECT_EQ(tp::dim_splits({"c", 3}, 64, 4.0), (std::vector<std::int64_t>{1}));
+  EXPECT_EQ(tp::dim_splits({"c", 3}, 64, 1.0), (std::vector<std::int64_t>{1, 3}));
+  EXPECT_EQ(tp::dim_splits({"h", 64, false}, 64, 1.0), (std::vector<std::int64_t>{1}));
+}
+
+TEST(PlanConfig, ProductAtMostProcs) {
+  const auto g = tp::alexnet(128);
+  for (std::int64_t p : {4, 8, 16}) {
+    for (const auto& l : g.layers) {
+      const auto t = tp::enumerate_configs(l, p, g.cutoff);
+      for (std::size_t i = 0; i < t.size(); ++i) EXPECT_LE(t.procs(i), p) << l.name;
+    }
+  }
+}
+
+// Configuration counts per layer as the PaSE tool reports them (AlexNet, p = 4).
+TEST(PlanConfig, AlexNetCountsMatchTheTool) {
+  const auto g = tp::alexnet(128);
+  const std::vector<std::size_t> want{7, 9, 11, 6, 11, 12, 11, 6, 3, 3, 11, 10, 10, 6};
+  ASSERT_EQ(g.layers.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(tp::enumerate_configs(g.layers[i], 4, g.cutoff).size(), want[i]) << g.layers[i].name;
+}
+
+TEST(PlanConfig, ReshapeKeepsContiguousSplits) {
+  tp::graph_builder g("r", 1.0);
+  g.reshape(g.input({4, 4}), {16});
+  const auto gr = g.finish();
+  const auto t = tp::enumerate_configs(gr.layers[0], 8, gr.cutoff);
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const auto c = t.at(i);
+    EXPECT_TRUE(c[1] == 1 || c[0] == 4) << tp::config_string(c.data(), 2);
+  }
+}
+
+TEST(PlanCost, EdgeCostCountsMissingWordsBothWays) {
+  const double r = tp::machine{}.r();
+  EXPECT_DOUBLE_EQ(r, 5000.0);
+  const std::vector<std::int64_t> shape{8, 8};
+  const tp::split_t a[] = {2, 1}, b[] = {1, 2}, one[] = {1, 1}, four[] = {4, 1};
+  // Target slice 8×4, of which min(4,8)·min(8,4) = 16 words are local.
+  EXPECT_DOUBLE_EQ(tp::edge_cost(shape, a, b, r), r * 2.0 * (32 - 16));
+  EXPECT_DOUBLE_EQ(tp::edge_cost(shape, a, a, r), 0.0);
+  // More target devices than source devices: nothing is assumed local.
+  EXPECT_DOUBLE_EQ(tp::edge_cost(shape, a, four, r), r * 2.0 * 16);
+  EXPECT_DOUBLE_EQ(tp::edge_cost(shape, a, one, r), r * 2.0 * (64 - 32));
+}
+
+TEST(PlanCost, GemmCostOfAnFcLayer) {
+  tp::graph_builder g("fc", 1.0);
+  g.fc(g.input({8, 16}), 4);  // dims (b=8, n=4, k=16)
+  const auto gr = g.finish();
+  const double r = 2.0;
+  const tp::split_t whole[] = {1, 1, 1}, data[] = {2, 1, 1}, red[] = {1, 1, 2};
+  EXPECT_DOUBLE_EQ(tp::layer_cost(gr.layers[0], whole, r), 3.0 * 8 * 4 * 16);
+  // Data parallel: half the work, and the weight gradient (n·k) all-reduced.
+  EXPECT_DOUBLE_EQ(tp::layer_cost(gr.layers[0], data, r), 3.0 * 4 * 4 * 16 + r * (4 * 16 / 2.0) * 2.0);
+  // Split reduction: the output (m·n) all-reduced.
+  EXPECT_DOUBLE_EQ(tp::layer_cost(gr.layers[0], red, r), 3.0 * 8 * 4 * 8 + r * (8 * 4 / 2.0) * 2.0);
+}
+
+// ---- the dynamic program ---------------------------------------------------------
+
+TEST(PlanSearch, GenerateSeqOnAChainGoesInOrder) {
+  std::mt19937 rng(1);
+  const auto p = tp::build_problem(chain(rng, 4), 4);
+  const auto o = tp::generate_seq(p);
+  EXPECT_EQ(o, (std::vector<int>{0, 1, 2, 3, 4}));
+}
+
+TEST(PlanSearch, EqualsBruteForceOnChains) {
+  std::mt19937 rng(7);
+  for (int t = 0; t < 6; ++t) {
+    const auto p = tp::build_problem(chain(rng, 2 + t % 4), 4, {10.0, 16.0});
+    ASSERT_LE(search_space(p), 2'000'000u);
+    expect_dp_equals_brute_force(p, "chain " + std::to_string(t));
+  }
+}
+
+TEST(PlanSearch, EqualsBruteForceOnDiamonds) {
+  std::mt19937 rng(11);
+  for (int t = 0; t < 6; ++t) {
+    const auto p = tp::build_problem(diamond(rng), 4, {1.0, 64.0});
+    ASSERT_LE(search_space(p), 4'000'000u);
+    expect_dp_equals_brute_force(p, "diamond " + std::to_string(t));
+  }
+}
+
+TEST(PlanSearch, EqualsBruteForceOnForks) {
+  std::mt19937 rng(13);
+  for (int t = 0; t < 3; ++t) {
+    const auto p = tp::build_problem(fork(rng), 2, {10.0, 4.0});
+    ASSERT_LE(search_space(p), 4'000'000u);
+    expect_dp_equals_brute_force(p, "fork " + std::to_string(t));
+  }
+}
+
+TEST(PlanSearch, EqualsBruteForceOnAttentionAndPipelineGraphs) {
+  const auto a = tp::build_problem(attention_like(), 2);
+  ASSERT_LE(search_space(a), 4'000'000u);
+  expect_dp_equals_brute_force(a, "attention");
+  const auto b = tp::build_problem(pipeline_like(), 2);
+  ASSERT_LE(search_space(b), 4'000'000u);
+  expect_dp_equals_brute_force(b, "pipeline");
+}
+
+TEST(PlanSearch, EqualsBruteForceOnRandomProblems) {
+  std::mt19937 rng(2024);
+  for (int t = 0; t < 40; ++t) {
+    const int n = 3 + t % 6;
+    const auto p = random_problem(rng, n, t % 7);
+    expect_dp_equals_brute_force(p, "random " + std::to_string(t));
+  }
+}
+
+TEST(PlanSearch, AnyOrderGivesTheSameMinimum) {
+  std::mt19937 rng(5);
+  const auto p = random_problem(rng, 8, 6);
+  const double best = tp::brute_force(p).cost;
+  std::vector<int> order(8);
+  for (int i = 0; i < 8; ++i) order[i] = i;
+  for (int t = 0; t < 10; ++t) {
+    std::shuffle(order.begin(), order.end(), rng);
+    EXPECT_NEAR(tp::find_best_strategy(p, order).cost, best, 1e-9 * best);
+  }
+}
+
+TEST(PlanSearch, OrdersOfTheFiveNetworksAgree) {
+  for (const auto& name : tp::network_names()) {
+    const auto p = tp::build_problem(tp::network(name, 128), 4);
+    tp::search_options bfs;
+    bfs.order = tp::vertex_order::breadth_first;
+    const auto a = tp::find_best_strategy(p);
+    const auto b = tp::find_best_strategy(p, bfs);
+    EXPECT_NEAR(a.cost, b.cost, 1e-9 * a.cost) << name;
+    EXPECT_NEAR(tp::strategy_cost(p, a.choice), a.cost, 1e-9 * a.cost) << name;
+  }
+}
+
+// ---- the reference's minimum costs -----------------------------------------------
+
+TEST(PlanReference, MinimumCostsOfTheFiveNetworks) {
+  const std::string path = data_dir() + "/reference_costs.tsv";
+  const auto rows = read_reference(path);
+  if (rows.empty()) GTEST_SKIP() << "no reference rows in " << path;
+  for (const auto& r : rows) {
+    SCOPED_TRACE(path + ":" + std::to_string(r.line) + " " + r.graph + " p=" + std::to_string(r.procs));
+    const auto p = tp::build_problem(tp::network(r.graph, r.batch), r.procs);
+    const auto res = tp::find_best_strategy(p);
+    // The tool prints the cost with two decimals.
+    EXPECT_NEAR(res.cost, r.cost, std::max(0.01, 1e-12 * r.cost));
+  }
+}
+
+// ---- errors -----------------------------------------------------------------------
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const typemesh::plan_error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+TEST(PlanErrors, MessagesNameTheLayerAndDim) {
+  tp::graph_builder g("bad");
+  auto a = g.input({4, 8});
+  auto b = g.input({4, 6});
+  EXPECT_NE(error_of([&] { g.elementwise(a, b, 0, "add1"); }).find("add1"), std::string::npos);
+  EXPECT_NE(error_of([&] { g.concat({g.input({4, 8, 2}), g.input({4, 8, 3})}, 1, "cat"); }), "");
+  const auto msg = error_of([&] { g.concat({g.input({4, 8, 2}), g.input({5, 8, 2})}, 2, "cat2"); });
+  EXPECT_NE(msg.find("cat2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("dim #0"), std::string::npos) << msg;
+  const auto em = error_of([&] { g.einsum("ab,bc->ac", a, g.input({6, 3}), 0, "mm"); });
+  EXPECT_NE(error_of([&] { g.einsum("ab,bc->a", a, g.input({8, 3}), 0, "drop"); }).find("'c'"), std::string::npos);
+  EXPECT_NE(em.find("mm"), std::string::npos) << em;
+  EXPECT_NE(em.find("'b'"), std::string::npos) << em;
+  EXPECT_NE(error_of([&] { g.conv(g.input({4, 3, 8, 8}), {8, 4, 3, 3}, 1, 0, 0, "c1"); }).find("c1"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { tp::network("vgg", 128); }).find("vgg"), std::string::npos);
+  EXPECT_NE(error_of([] { tp::network("alexnet", 0); }), "");
+}
+
+TEST(PlanErrors, ValidateRejectsBadEdges) {
+  std::mt19937 rng(3);
+  auto g = chain(rng, 2);
+  g.edges[0].dst_map = {{0}};  // rank 1 map for a rank 2 tensor
+  const auto m = error_of([&] { g.validate(); });
+  EXPECT_NE(m.find(g.layers[g.edges[0].dst].name), std::string::npos) << m;
+  auto g2 = chain(rng, 2);
+  g2.edges[0].dst = 99;
+  EXPECT_NE(error_of([&] { g2.validate(); }).find("99"), std::string::npos);
+  auto g3 = chain(rng, 2);
+  g3.layers[1].dims[0].size = 0;
+  const auto m3 = error_of([&] { g3.validate(); });
+  EXPECT_NE(m3.find(g3.layers[1].dims[0].name), std::string::npos) << m3;
+}
+
+TEST(PlanErrors, TableSizeGuard) {
+  const auto p = tp::build_problem(tp::transformer(128), 8);
+  tp::search_options o;
+  o.max_table_entries = 10;
+  const auto m = error_of([&] { tp::find_best_strategy(p, o); });
+  EXPECT_NE(m.find("eliminating layer"), std::string::npos) << m;
+  EXPECT_THROW(tp::find_best_strategy(p, std::vector<int>{0, 1}), typemesh::plan_error);
+}
