@@ -17,6 +17,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "typemesh/backend/storage.hpp"
 
@@ -76,7 +77,11 @@ struct copy_rows {
       s += c * src_stride[i];
       d += c * dst_stride[i];
     }
+#if defined(__CUDA_ARCH__)
     for (std::int64_t j = 0; j < rows_extent[Rank - 1]; ++j) dst[d + j] = src[s + j];
+#else
+    std::memcpy(dst + d, src + s, rows_extent[Rank - 1] * sizeof(T));
+#endif
   }
 };
 

@@ -32,6 +32,18 @@ struct local_slice {
     for (std::size_t i = 0; i < Rank; ++i) r.begin[i] = global.begin[i] - slice.begin[i];
     return r;
   }
+
+  // Where `global` starts in the slice's storage when it is one contiguous
+  // run there (ones in the leading dims, whole in the trailing ones), else -1.
+  std::int64_t contiguous_offset(const box<Rank>& global) const {
+    std::size_t k = 0;
+    while (k + 1 < Rank && global.extent[k] == 1) ++k;
+    for (std::size_t i = k + 1; i < Rank; ++i)
+      if (global.extent[i] != slice.extent[i]) return -1;
+    std::int64_t offset = 0;
+    for (std::size_t i = 0; i < Rank; ++i) offset = offset * slice.extent[i] + (global.begin[i] - slice.begin[i]);
+    return offset;
+  }
 };
 
 // Moves the pieces of `plan` from `in` (this device's source slice) into
@@ -53,15 +65,20 @@ void run_transfer(const transfer_plan<Rank>& plan, local_slice<const T, Rank> in
     return n;
   };
 
-  // Outgoing: one message per destination, pieces in plan order.
+  // Outgoing: one message per destination, pieces in plan order. A single
+  // piece that is contiguous in the slice goes without staging.
   for (const auto& [peer, pieces] : to_send) {
-    backend::storage<std::remove_const_t<T>> message(total(pieces));
-    auto* at = backend::view(message).data();
+    if (std::int64_t at = pieces.size() == 1 ? in.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
+      dev.send(peer, std::span<const T>(in.data + at, pieces[0]->region.elements()), transfer_tag);
+      continue;
+    }
+    backend::scratch<std::remove_const_t<T>> message(total(pieces));
+    auto* at = message.data();
     for (auto* p : pieces) {
       backend::copy_box(in.data, in.region_of(p->region), at, packed(p->region), p->region.extent);
       at += p->region.elements();
     }
-    dev.send(peer, backend::view(std::as_const(message)), transfer_tag);
+    dev.send(peer, std::span<const T>(message.data(), message.size()), transfer_tag);
   }
 
   // What this device keeps.
@@ -71,11 +88,15 @@ void run_transfer(const transfer_plan<Rank>& plan, local_slice<const T, Rank> in
     }
   }
 
-  // Incoming, in the senders' order.
+  // Incoming, in the senders' order; unstaged when contiguous, as above.
   for (const auto& [peer, pieces] : to_receive) {
-    backend::storage<T> message(total(pieces));
-    dev.recv(peer, backend::view(message), transfer_tag);
-    const T* at = backend::view(message).data();
+    if (std::int64_t at = pieces.size() == 1 ? out.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
+      dev.recv(peer, std::span<T>(out.data + at, pieces[0]->region.elements()), transfer_tag);
+      continue;
+    }
+    backend::scratch<T> message(total(pieces));
+    dev.recv(peer, std::span<T>(message.data(), message.size()), transfer_tag);
+    const T* at = message.data();
     for (auto* p : pieces) {
       backend::copy_box(at, packed(p->region), out.data, out.region_of(p->region), p->region.extent);
       at += p->region.elements();

@@ -378,7 +378,13 @@ class graph_builder {
     const std::string in = letters.substr(0, r + 1);
     const std::string eq = in + "," + letters.substr(r, 2) + "->" + letters.substr(0, r) + letters[r + 1];
     if (ids.layer >= 0) throw plan_error(detail::cat("embedding ", name, ": ids must be a graph input"));
-    return einsum(eq, input(shape), input({vocab, d}), 0, std::move(name));
+    const auto t = einsum(eq, input(shape), input({vocab, d}), 0, std::move(name));
+    // Dims: the ids' dims, the embedding dim, the vocabulary.
+    auto& dims = g_.layers[t.layer].dims;
+    for (std::size_t i = 0; i < r; ++i) dims[i].name = i == 0 ? "b" : detail::cat("b", i);
+    dims[r].name = "e";
+    dims[r + 1].name = "vocab";
+    return t;
   }
 
   tensor elementwise(const tensor& a, const tensor& b, int pw_ops = 0, std::string name = {}) {

@@ -14,11 +14,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "typemesh/plan/cost.hpp"
@@ -30,7 +29,9 @@ enum class vertex_order { generate_seq, breadth_first };
 struct search_options {
   vertex_order order = vertex_order::generate_seq;
   // Refuse to build a table with more entries than this (memory guard).
-  std::uint64_t max_table_entries = std::uint64_t{1} << 31;
+  std::uint64_t max_table_entries = std::uint64_t{1} << 27;
+  // Threads for the large eliminations; 0: one per hardware thread.
+  unsigned threads = 0;
 };
 
 struct search_result {
@@ -176,7 +177,6 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
   steps.reserve(n);
   std::vector<char> gone(n, 0);
   double constant = 0.0;
-  std::vector<double> acc;
   for (int v : order) {
     std::vector<int> fs;
     for (int id : touching[v])
@@ -205,7 +205,6 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
                                      " layers with more than ", opt.max_table_entries, " entries"));
     }
     res.largest_table = std::max(res.largest_table, entries);
-    if (std::getenv("TM_PLAN_TRACE")) std::fprintf(stderr, "v=%d k=%d entries=%llu nv=%lld nf=%zu work=%.3g\n", v, k, (unsigned long long)entries, (long long)ncfg[v], fs.size(), double(entries)*ncfg[v]*fs.size());
 
     // Per factor: v's offsets, and per scope position the offsets of its
     // configurations (empty when the factor does not mention that layer).
@@ -213,21 +212,42 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
     const std::size_t nf = fs.size();
     std::vector<std::vector<std::int64_t>> voff(nf);
     std::vector<std::vector<std::vector<std::int64_t>>> contrib(nf, std::vector<std::vector<std::int64_t>>(k));
-    std::vector<std::int64_t> base(nf, 0);
     std::vector<char> dense(nf, 0);  // v's entries contiguous in this factor
+    std::vector<const double*> fdata(nf);
+    std::vector<std::vector<double>> gathered(nf);
     for (std::size_t a = 0; a < nf; ++a) {
       const factor& f = factors[fs[a]];
       const int wv = f.where(v);
+      fdata[a] = f.data;
       voff[a].resize(nv);
       for (std::int64_t c = 0; c < nv; ++c) voff[a][c] = f.offset(wv, c);
       dense[a] = !f.maps[wv] && f.strides[wv] == 1;
+      if (!dense[a] && f.scope.size() == 2) {
+        // An edge: copy its rows out in v's configuration order, one row per
+        // layout of the other end, so that the inner loop reads contiguously.
+        const int wu = 1 - wv;
+        std::int64_t nrows = 1;
+        const std::int64_t ncu = ncfg[f.scope[wu]];
+        for (std::int64_t c = 0; c < ncu; ++c)
+          nrows = std::max<std::int64_t>(nrows, (f.maps[wu] ? f.maps[wu][c] : c) + 1);
+        auto& gt = gathered[a];
+        gt.resize(static_cast<std::size_t>(nrows * nv));
+        for (std::int64_t r = 0; r < nrows; ++r)
+          for (std::int64_t c = 0; c < nv; ++c) gt[r * nv + c] = f.data[f.strides[wu] * r + voff[a][c]];
+        fdata[a] = gt.data();
+        dense[a] = 1;
+        const int j = static_cast<int>(std::find(scope.begin(), scope.end(), f.scope[wu]) - scope.begin());
+        auto& cv = contrib[a][j];
+        cv.resize(ncu);
+        for (std::int64_t c = 0; c < ncu; ++c) cv[c] = (f.maps[wu] ? f.maps[wu][c] : c) * nv;
+        continue;
+      }
       for (int j = 0; j < k; ++j) {
         const int w = f.where(scope[j]);
         if (w < 0) continue;
         auto& cv = contrib[a][j];
         cv.resize(ncfg[scope[j]]);
         for (std::int64_t c = 0; c < ncfg[scope[j]]; ++c) cv[c] = f.offset(w, c);
-        base[a] += cv[0];
       }
     }
 
@@ -238,40 +258,87 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
     st.argmin.resize(entries);
     factor nfct;
     nfct.own.resize(entries);
-    std::vector<std::int64_t> digit(k, 0);
-    acc.resize(nv);
     const double* uv = unary[v].data();
-    for (std::uint64_t e = 0; e < entries; ++e) {
-      std::copy(uv, uv + nv, acc.begin());
-      for (std::size_t a = 0; a < nf; ++a) {
-        const double* __restrict d = factors[fs[a]].data + base[a];
-        double* __restrict ac = acc.data();
-        if (dense[a]) {
-          for (std::int64_t c = 0; c < nv; ++c) ac[c] += d[c];
+    // Entries [e0, e1) of the new table.
+    auto run = [&](std::uint64_t e0, std::uint64_t e1) {
+      std::vector<std::int64_t> digit(k, 0), base(nf, 0);
+      std::vector<double> acc(nv);
+      std::uint64_t rest = e0;
+      for (int j = 0; j < k; ++j) {
+        digit[j] = static_cast<std::int64_t>(rest / static_cast<std::uint64_t>(strides[j]));
+        rest %= static_cast<std::uint64_t>(strides[j]);
+      }
+      for (std::size_t a = 0; a < nf; ++a)
+        for (int j = 0; j < k; ++j)
+          if (!contrib[a][j].empty()) base[a] += contrib[a][j][digit[j]];
+      std::vector<const double*> ptr(nf);
+      bool all_dense = true;
+      for (std::size_t a = 0; a < nf; ++a) all_dense = all_dense && dense[a];
+      for (std::uint64_t e = e0; e < e1; ++e) {
+        std::int64_t best = 0;
+        double bv = std::numeric_limits<double>::infinity();
+        // One pass: the sum of v's row in every table, and its first minimum.
+        auto scan = [&](auto&& value) {
+          for (std::int64_t c = 0; c < nv; ++c) {
+            const double x = value(c);
+            if (x < bv) {
+              bv = x;
+              best = c;
+            }
+          }
+        };
+        for (std::size_t a = 0; a < nf; ++a) ptr[a] = fdata[a] + base[a];
+        if (all_dense && nf == 1) {
+          const double* __restrict p0 = ptr[0];
+          scan([&](std::int64_t c) { return uv[c] + p0[c]; });
+        } else if (all_dense && nf == 2) {
+          const double *__restrict p0 = ptr[0], *__restrict p1 = ptr[1];
+          scan([&](std::int64_t c) { return uv[c] + p0[c] + p1[c]; });
+        } else if (all_dense && nf == 3) {
+          const double *__restrict p0 = ptr[0], *__restrict p1 = ptr[1], *__restrict p2 = ptr[2];
+          scan([&](std::int64_t c) { return uv[c] + p0[c] + p1[c] + p2[c]; });
         } else {
-          const std::int64_t* __restrict o = voff[a].data();
-          for (std::int64_t c = 0; c < nv; ++c) ac[c] += d[o[c]];
+          double* __restrict ac = acc.data();
+          std::copy(uv, uv + nv, ac);
+          for (std::size_t a = 0; a < nf; ++a) {
+            const double* __restrict d = ptr[a];
+            if (dense[a]) {
+              for (std::int64_t c = 0; c < nv; ++c) ac[c] += d[c];
+            } else {
+              const std::int64_t* __restrict o = voff[a].data();
+              for (std::int64_t c = 0; c < nv; ++c) ac[c] += d[o[c]];
+            }
+          }
+          scan([&](std::int64_t c) { return ac[c]; });
+        }
+        nfct.own[e] = bv;
+        st.argmin[e] = static_cast<std::int32_t>(best);
+        // Next combination: the last scope layer runs fastest.
+        for (int j = k - 1; j >= 0; --j) {
+          const std::int64_t old = digit[j];
+          std::int64_t nw = old + 1;
+          if (nw == ncfg[scope[j]]) nw = 0;
+          digit[j] = nw;
+          for (std::size_t a = 0; a < nf; ++a)
+            if (!contrib[a][j].empty()) base[a] += contrib[a][j][nw] - contrib[a][j][old];
+          if (nw != 0) break;
         }
       }
-      std::int64_t best = 0;
-      double bv = acc[0];
-      for (std::int64_t c = 1; c < nv; ++c)
-        if (acc[c] < bv) {
-          bv = acc[c];
-          best = c;
-        }
-      nfct.own[e] = bv;
-      st.argmin[e] = static_cast<std::int32_t>(best);
-      // Next combination: the last scope layer runs fastest.
-      for (int j = k - 1; j >= 0; --j) {
-        const std::int64_t old = digit[j];
-        std::int64_t nw = old + 1;
-        if (nw == ncfg[scope[j]]) nw = 0;
-        digit[j] = nw;
-        for (std::size_t a = 0; a < nf; ++a)
-          if (!contrib[a][j].empty()) base[a] += contrib[a][j][nw] - contrib[a][j][old];
-        if (nw != 0) break;
+    };
+    const double work = static_cast<double>(entries) * static_cast<double>(nv) * static_cast<double>(nf + 1);
+    unsigned nthreads = opt.threads ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
+    if (work < 4e6) nthreads = 1;
+    nthreads = static_cast<unsigned>(std::min<std::uint64_t>(nthreads, entries));
+    if (nthreads <= 1) {
+      run(0, entries);
+    } else {
+      std::vector<std::thread> pool;
+      const std::uint64_t chunk = (entries + nthreads - 1) / nthreads;
+      for (unsigned t = 0; t < nthreads; ++t) {
+        const std::uint64_t e0 = t * chunk, e1 = std::min(entries, e0 + chunk);
+        if (e0 < e1) pool.emplace_back(run, e0, e1);
       }
+      for (auto& th : pool) th.join();
     }
 
     for (int id : fs) {

@@ -123,7 +123,8 @@ class host_world {
   struct message {
     dtype type{};
     std::size_t count = 0;
-    std::vector<std::byte> bytes;
+    std::unique_ptr<std::byte[]> bytes;  // uninitialised until the copy in
+    std::size_t size = 0;
   };
 
   void post(int from, int to, int tag, message msg) {
@@ -230,8 +231,8 @@ class host_communicator {
   }
 
   void send(int to, const void* in, std::size_t n, dtype t, int tag) {
-    host_world::message msg{t, n, std::vector<std::byte>(n * size_of(t))};
-    std::memcpy(msg.bytes.data(), in, msg.bytes.size());
+    host_world::message msg{t, n, std::make_unique_for_overwrite<std::byte[]>(n * size_of(t)), n * size_of(t)};
+    std::memcpy(msg.bytes.get(), in, msg.size);
     world_->post(device_, to, tag, std::move(msg));
   }
 
@@ -242,7 +243,7 @@ class host_communicator {
                                          " (tag ", tag, "), but the message holds ", msg.count, " ",
                                          name_of(msg.type)));
     }
-    std::memcpy(out, msg.bytes.data(), msg.bytes.size());
+    std::memcpy(out, msg.bytes.get(), msg.size);
   }
 
   void barrier(const group& g) { session s(*this, g, {op_kind::barrier, 0, dtype::u8, {}, 0, nullptr, nullptr}); }

@@ -1,0 +1,567 @@
+// typemesh-bench-conversions: relayouts and mesh replacements of the reference
+// benchmarks on the host-thread backend, against memcpy of the bytes that
+// must move, measured in the same run.
+//
+// Eight simulated devices (typemesh::launch(8, ...)) convert a float tensor
+// between the placements the PaSE benchmarks use (baidu-research/PaSE,
+// benchmarks/rnnlm.py, transformer.py, rnnlm_gnmt.py):
+//
+//   1  rnnlm       the embedding -> LSTM move: [batch, seq, k] with k split 8
+//                  ways on the embed mesh [1,1,8] (all devices) to batch split
+//                  4 ways on the lstm0 mesh [4,1,1] (devices 0..3), through
+//                  replace_mesh<..., independent_axes>; 1r is the reverse
+//                  (the gradient's way).
+//   2  transformer strategy 1, the move between its 1-d mesh [8] and its 2-d
+//                  mesh [4,2] over the same devices: [batch, seq, d_model]
+//                  with d_model split 8 ways on [8] to batch split on axis0 of
+//                  [4,2] (whole, replicated, along axis1), independent_axes;
+//                  2r is the reverse. This is PaSE's Mesh0ToMesh1 /
+//                  Mesh1ToMesh0 in the transformer.py version whose strategy
+//                  1 for 8 GPUs uses meshes [8] and [4,2]. 2z is what the
+//                  newest transformer.py does instead for 8 GPUs (mesh1 [8] to
+//                  mesh0 [dim1, dim2] = [8,1]): the replicated embedding to
+//                  batch split on axis0. Every device already holds its part,
+//                  so nothing crosses devices: the row shows the cost of a
+//                  conversion that only copies locally.
+//   3  gnmt        the pipeline move: batch split on the interleaved halves
+//                  [8] (devices 0 4 1 5 2 6 3 7) to batch split on every other
+//                  device of it ([4] over 0 1 2 3), through
+//                  replace_mesh<..., pipeline>; 3r is the reverse.
+//   4  relayout    within the mesh [2,4]: layout<batch(axis0), k(axis1)> to
+//                  layout<batch(axis1), k(axis0)>.
+//
+// The reference is memcpy under the same thread setup: in the same launch,
+// every device copies, at the same time as the others, exactly as many bytes
+// as it receives in the conversion (from dev.traffic().bytes_received() of the
+// checked warm-up conversion), between buffers its own thread allocated and
+// touched. Devices that receive nothing copy nothing.
+//
+// Method (as typemesh-bench-collectives). Per case: import the tensor, one
+// untimed warm-up conversion whose result is checked, then repetitions until
+// at least --min-time-ms of timed work (200 ms by default) and at least
+// --min-reps of them (5). Each repetition starts with dev.barrier over all
+// eight devices; every device takes its own start and end time around the call
+// (devices outside both meshes too: they return at once), and the
+// repetition's time is the last end minus the first start. The converted
+// tensor is destroyed after the end time. The reported time is the MEDIAN
+// over the repetitions. The memcpy reference and the plan-only time are
+// measured the same way, in the same launch.
+//
+// Plan only: the part of the conversion that decides who sends what. Every
+// device of either mesh builds the two typemesh::runtime_placement values
+// (runtime_placement<rank>::of<geometry>(mesh)) and calls
+// typemesh::make_transfer_plan, exactly as typemesh::transfer does on every
+// call. One repetition runs it `inner` times in a row (so that the span is not
+// just barrier skew); the time is span / inner.
+//
+// Checks (the only thing the ctest smoke test bench.conversions_quick relies
+// on; it never asserts on time): the warm-up result exported with
+// typemesh::export_tensor equals the original on every device of the target
+// mesh (and is empty elsewhere); each device's received bytes equal what the
+// plan says it receives; every timed repetition moves the same bytes again.
+// A failure makes the program exit with status 1.
+//
+// Columns:
+//   case      the case (above)
+//   total     bytes of the whole tensor
+//   max recv  the most bytes one device received in one conversion
+//             (dev.traffic().bytes_received(), every kind of operation)
+//   reps      timed repetitions of the conversion
+//   time      median time of one conversion
+//   recv/s    max recv / time                              [GB/s]
+//   memcpy    median time of the memcpy reference
+//   memcpy/s  max recv / memcpy time                       [GB/s]
+//   ratio     recv/s / memcpy/s (1.0 = the conversion moves its bytes as fast
+//             as the devices memcpy them under the same conditions)
+//   pieces    boxes in the transfer plan (local copies included)
+//   plan      median time of the plan only
+//   plan%     plan / time
+// GB = 10^9 bytes.
+//
+// Flags:
+//   --quick          small tensors (a few KiB to 256 KiB), short repetitions
+//   --min-time-ms T  timed work per measurement (default 200; --quick: 2)
+//   --min-reps R     at least R timed repetitions (default 5; --quick: 2)
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
+#include "typemesh/convert/relayout.hpp"
+#include "typemesh/convert/replace_mesh.hpp"
+#include "typemesh/convert/transfer_plan.hpp"
+#include "typemesh/core/devices.hpp"
+#include "typemesh/core/group.hpp"
+#include "typemesh/core/layout.hpp"
+#include "typemesh/core/mesh.hpp"
+#include "typemesh/core/shape.hpp"
+#include "typemesh/runtime/device.hpp"
+#include "typemesh/runtime/launch.hpp"
+#include "typemesh/runtime/traffic.hpp"
+#include "typemesh/tensor/host_tensor.hpp"
+#include "typemesh/tensor/import_export.hpp"
+#include "typemesh/tensor/tensor.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using typemesh::layout;
+constexpr int devices = 8;
+
+struct batch : typemesh::dim<"batch"> {};
+struct seq : typemesh::dim<"seq"> {};
+struct k : typemesh::dim<"k"> {};
+struct d_model : typemesh::dim<"d_model"> {};
+struct axis0 : typemesh::axis<"axis0"> {};
+struct axis1 : typemesh::axis<"axis1"> {};
+struct axis2 : typemesh::axis<"axis2"> {};
+
+using rnn_shape = typemesh::shape<batch, seq, k>;
+using trf_shape = typemesh::shape<batch, seq, d_model>;
+
+using embed_mesh = typemesh::mesh<"embed", axis0, axis1, axis2>;
+using lstm0_mesh = typemesh::mesh<"lstm0", axis0, axis1, axis2>;
+using flat_mesh = typemesh::mesh<"mesh1d", axis0>;
+using grid_mesh = typemesh::mesh<"mesh2d", axis0, axis1>;
+using interleaved_mesh = typemesh::mesh<"interleaved", axis0>;
+using half_mesh = typemesh::mesh<"every_other", axis0>;
+
+struct options {
+  bool quick = false;
+  double min_time_s = 0.200;
+  int min_reps = 5;
+  int max_reps = 10'000;
+  double plan_rep_s = 0.002;  // aim of one plan-only repetition
+};
+
+[[noreturn]] void usage(const std::string& problem, int status = 2) {
+  std::fprintf(status ? stderr : stdout,
+               "typemesh-bench-conversions: %s\n"
+               "usage: typemesh-bench-conversions [--quick] [--min-time-ms T] [--min-reps R]\n",
+               problem.c_str());
+  std::exit(status);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  bool time_given = false, reps_given = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(std::string(a) + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--quick") o.quick = true;
+    else if (a == "--min-time-ms") o.min_time_s = std::atof(value().c_str()) / 1000.0, time_given = true;
+    else if (a == "--min-reps") o.min_reps = std::max(1, std::atoi(value().c_str())), reps_given = true;
+    else if (a == "--help" || a == "-h") usage("measures relayouts and mesh replacements against memcpy (see the source's header)", 0);
+    else usage("unknown argument '" + std::string(a) + "'");
+  }
+  if (o.quick) {
+    if (!time_given) o.min_time_s = 0.002;
+    if (!reps_given) o.min_reps = 2;
+    o.max_reps = std::max(o.min_reps, 20);
+    o.plan_rep_s = 0.0002;
+  }
+  return o;
+}
+
+int usable_cores() {
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+#endif
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 3) b /= 1024.0, ++u;
+  char buf[32];
+  if (b == static_cast<double>(static_cast<long long>(b))) std::snprintf(buf, sizeof buf, "%.0f %s", b, units[u]);
+  else std::snprintf(buf, sizeof buf, "%.2f %s", b, units[u]);
+  return buf;
+}
+
+std::string human_time(double s) {
+  char buf[32];
+  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  else std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+  return buf;
+}
+
+std::string rate(double bytes, double s) {
+  if (bytes <= 0 || s <= 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", bytes / s / 1e9);
+  return buf;
+}
+
+// Keeps the compiler from treating a buffer that is written and never read
+// as dead.
+inline void touch(const void* p) {
+#if defined(__GNUC__)
+  asm volatile("" : : "r"(p) : "memory");
+#else
+  (void)p;
+#endif
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+struct timing {
+  double median_s = 0;
+  int reps = 0;
+};
+
+// What the devices of one case share. Device 0 decides how many repetitions
+// to run; the barriers order every access.
+struct shared_state {
+  std::array<clock_type::time_point, devices> start{}, end{};
+  std::array<std::uint64_t, devices> received{};
+  std::vector<double> spans;  // device 0 only
+  bool go = false;
+  bool ok = true;
+  int plan_inner = 1;
+  std::size_t pieces = 0;
+  std::string from, to;  // the tensors' descriptions, from device 0
+  timing conversion, reference, plan;
+  std::mutex failure_mutex;
+  std::string failure;  // the first wrong result
+};
+
+struct row {
+  std::string name, note;
+  std::uint64_t total = 0, max_received = 0;
+  std::size_t pieces = 0;
+  timing conversion, reference, plan;
+  int plan_inner = 1;
+  std::string from, to;
+};
+
+class bench_device {
+ public:
+  bench_device(typemesh::device& dev, shared_state& sh, const options& opt)
+      : dev_(dev), sh_(sh), opt_(opt), all_{typemesh::devices::all(devices), "all"}, id_(dev.id()) {}
+
+  int id() const { return id_; }
+  typemesh::device& dev() { return dev_; }
+
+  void fail(const std::string& why) {
+    std::lock_guard lk(sh_.failure_mutex);
+    if (sh_.failure.empty()) sh_.failure = why;
+    sh_.ok = false;
+  }
+
+  // Every device decides the same: whether all devices' checks passed.
+  bool all_ok() {
+    dev_.barrier(all_);
+    const bool ok = sh_.ok;
+    dev_.barrier(all_);
+    return ok;
+  }
+
+  void barrier() { dev_.barrier(all_); }
+
+  // Times f (run on every device at once) `inner` times per repetition; the
+  // result of f is destroyed after the end time. Returns the median on
+  // device 0 (per call of f) and this device's repetition count.
+  template <class F>
+  timing time_it(F&& f, int inner = 1) {
+    int reps = 0;
+    if (id_ == 0) sh_.spans.clear();
+    for (;;) {
+      dev_.barrier(all_);  // the previous repetition's times are visible now
+      if (id_ == 0) {
+        if (reps > 0) sh_.spans.push_back(span() / inner);
+        double total = std::accumulate(sh_.spans.begin(), sh_.spans.end(), 0.0) * inner;
+        sh_.go = reps < opt_.max_reps && (reps < opt_.min_reps || total < opt_.min_time_s);
+      }
+      dev_.barrier(all_);  // the start line
+      if (!sh_.go) break;
+      sh_.start[id_] = clock_type::now();
+      if constexpr (std::is_void_v<decltype(f())>) {
+        for (int i = 0; i < inner; ++i) f();
+        sh_.end[id_] = clock_type::now();
+      } else {
+        auto r = f();
+        for (int i = 1; i < inner; ++i) r = f();
+        sh_.end[id_] = clock_type::now();
+      }
+      ++reps;
+    }
+    timing t;
+    t.reps = reps;
+    if (id_ == 0) t.median_s = median(sh_.spans);
+    return t;
+  }
+
+ private:
+  double span() const {
+    auto first = *std::min_element(sh_.start.begin(), sh_.start.end());
+    auto last = *std::max_element(sh_.end.begin(), sh_.end.end());
+    return std::chrono::duration<double>(last - first).count();
+  }
+
+  typemesh::device& dev_;
+  shared_state& sh_;
+  const options& opt_;
+  typemesh::group all_;
+  int id_;
+};
+
+// The value of element i of every test tensor: exact in float, and different
+// for neighbouring elements of every dim.
+inline float value_at(std::size_t i) { return static_cast<float>(i % 16'777'213); }
+
+// One case: `x` imported under SrcLayout on `from`, converted by `convert`
+// onto `to`. Everything runs inside one launch of 8 devices.
+template <class SrcLayout, class Shape, class From, class To, class Convert>
+row run_case(const options& opt, std::string name, const Shape& s, const From& from, const To& to, Convert convert) {
+  using T = float;
+  constexpr std::size_t rank = Shape::rank;
+  typemesh::host_tensor<T, Shape> whole(s);
+  for (std::size_t i = 0; i < whole.values().size(); ++i) whole.values()[i] = value_at(i);
+
+  shared_state sh;
+  typemesh::launch(devices, [&](typemesh::device& dev) {
+    bench_device b(dev, sh, opt);
+    const int me = b.id();
+    auto x = typemesh::import_tensor<SrcLayout>(from, whole);
+    using X = decltype(x);
+    using Y = decltype(convert(x, to));
+
+    // Warm-up, checked.
+    dev.traffic().reset();
+    std::uint64_t received = 0;
+    {
+      Y y = convert(x, to);
+      received = dev.traffic().bytes_received();
+      sh.received[me] = received;
+      if (me == 0) sh.from = x.describe(), sh.to = y.describe();
+      auto back = typemesh::export_tensor(y);
+      const bool right = to.contains(me) ? back == whole : back.empty();
+      if (!right) {
+        b.fail("device " + std::to_string(me) + ": " + name + ": the converted tensor does not export to the original");
+      }
+    }
+
+    // The plan, as typemesh::transfer makes it on every call.
+    const bool takes_part = from.contains(me) || to.contains(me);
+    auto make_plan = [&] {
+      return typemesh::make_transfer_plan<rank>(
+          s.sizes(), typemesh::runtime_placement<rank>::template of<typename X::geometry>(from),
+          typemesh::runtime_placement<rank>::template of<typename Y::geometry>(to));
+    };
+    {
+      const auto plan = make_plan();
+      const auto planned = static_cast<std::uint64_t>(plan.elements_received(me)) * sizeof(T);
+      if (planned != received) {
+        b.fail("device " + std::to_string(me) + ": " + name + ": received " + std::to_string(received) +
+               " bytes, but the plan says " + std::to_string(planned));
+      }
+      if (me == 0) {
+        sh.pieces = plan.pieces.size();
+        // How many plans make one repetition of about opt.plan_rep_s.
+        const int probe = 16;
+        const auto t0 = clock_type::now();
+        for (int i = 0; i < probe; ++i) touch(make_plan().pieces.data());
+        const double each = std::chrono::duration<double>(clock_type::now() - t0).count() / probe;
+        sh.plan_inner = static_cast<int>(std::clamp(opt.plan_rep_s / std::max(each, 1e-9), 1.0, 100'000.0));
+      }
+    }
+    if (!b.all_ok()) return;
+
+    // The memcpy reference: this device's received bytes, its own buffers.
+    const std::size_t bytes = received;
+    auto src = std::make_unique<std::byte[]>(std::max<std::size_t>(bytes, 1));
+    auto dst = std::make_unique<std::byte[]>(std::max<std::size_t>(bytes, 1));
+    std::memset(src.get(), me + 1, bytes);
+    std::memset(dst.get(), 0, bytes);
+    std::memcpy(dst.get(), src.get(), bytes);  // warm-up
+    const timing ref = b.time_it([&] {
+      if (bytes) std::memcpy(dst.get(), src.get(), bytes);
+      touch(dst.get());
+    });
+    if (me == 0) sh.reference = ref;
+    if (bytes && (dst[0] != src[0] || dst[bytes - 1] != src[bytes - 1])) b.fail("memcpy reference went wrong");
+    src.reset();
+    dst.reset();
+
+    // The conversion.
+    const std::uint64_t before = dev.traffic().bytes_received();
+    const timing t = b.time_it([&] { return convert(x, to); });
+    const std::uint64_t moved = dev.traffic().bytes_received() - before;
+    if (moved != received * static_cast<std::uint64_t>(t.reps)) {
+      b.fail("device " + std::to_string(me) + ": " + name + ": " + std::to_string(t.reps) + " timed conversions received " +
+             std::to_string(moved) + " bytes, not " + std::to_string(t.reps) + " x " + std::to_string(received));
+    }
+    if (me == 0) sh.conversion = t;
+
+    // The plan only.
+    b.barrier();
+    const int inner = sh.plan_inner;
+    const timing p = b.time_it(
+        [&] {
+          if (takes_part) touch(make_plan().pieces.data());
+        },
+        inner);
+    if (me == 0) sh.plan = p;
+  });
+
+  row r;
+  r.name = std::move(name);
+  r.total = s.elements() * sizeof(T);
+  r.max_received = *std::max_element(sh.received.begin(), sh.received.end());
+  r.pieces = sh.pieces;
+  r.conversion = sh.conversion;
+  r.reference = sh.reference;
+  r.plan = sh.plan;
+  r.plan_inner = sh.plan_inner;
+  r.from = sh.from;
+  r.to = sh.to;
+  if (!sh.failure.empty()) throw std::runtime_error("WRONG RESULT: " + sh.failure);
+  return r;
+}
+
+void print_legend(const options& opt) {
+  std::printf(
+      "typemesh host backend: relayouts and mesh replacements on 8 devices vs memcpy, same run\n"
+      "  total     bytes of the whole float tensor\n"
+      "  max recv  most bytes one device receives per conversion (dev.traffic().bytes_received())\n"
+      "  reps      timed repetitions (at least %d, and at least %.0f ms of timed work)\n"
+      "  time      MEDIAN over the repetitions of (last device's end - first device's start),\n"
+      "            every repetition starting at dev.barrier(all)\n"
+      "  recv/s    max recv / time                                   [GB/s]\n"
+      "  memcpy    median time of 8 device threads (same launch, same barrier) each\n"
+      "            memcpy-ing as many bytes as it receives in the conversion, at once\n"
+      "  memcpy/s  max recv / memcpy time                            [GB/s]\n"
+      "  ratio     recv/s / memcpy/s (1.0 = moves its bytes as fast as memcpy)\n"
+      "  pieces    boxes in the transfer plan (local copies included)\n"
+      "  plan      median time of runtime_placement::of x2 + make_transfer_plan on every\n"
+      "            device of either mesh at once (what transfer() does on each call)\n"
+      "  plan%%     plan / time\n"
+      "  GB = 10^9 bytes\n",
+      opt.min_reps, opt.min_time_s * 1e3);
+}
+
+void print_header() {
+  std::printf("%-5s %10s %10s %5s %11s %8s %11s %9s %6s %6s %10s %6s\n", "case", "total", "max recv", "reps", "time",
+              "recv/s", "memcpy", "memcpy/s", "ratio", "pieces", "plan", "plan%");
+}
+
+void print_row(const row& r) {
+  const double mr = static_cast<double>(r.max_received);
+  const double ratio = mr > 0 ? r.reference.median_s / r.conversion.median_s : 0;
+  char ratio_text[16] = "-";
+  if (mr > 0) std::snprintf(ratio_text, sizeof ratio_text, "%.3f", ratio);
+  std::printf("%-5s %10s %10s %5d %11s %8s %11s %9s %6s %6zu %10s %5.1f%%\n", r.name.c_str(),
+              human_bytes(static_cast<double>(r.total)).c_str(), human_bytes(mr).c_str(), r.conversion.reps,
+              human_time(r.conversion.median_s).c_str(), rate(mr, r.conversion.median_s).c_str(),
+              human_time(r.reference.median_s).c_str(), rate(mr, r.reference.median_s).c_str(), ratio_text, r.pieces,
+              human_time(r.plan.median_s).c_str(), 100.0 * r.plan.median_s / r.conversion.median_s);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options opt = parse(argc, argv);
+  const auto t0 = clock_type::now();
+  const int cores = usable_cores();
+  const unsigned online = std::thread::hardware_concurrency();
+  namespace dv = typemesh::devices;
+  using typemesh::independent_axes;
+  using typemesh::pipeline;
+
+  print_legend(opt);
+  std::printf("machine: %d usable cores (%u online); the 8 devices are threads sharing them%s\n", cores, online,
+              cores < devices ? " (oversubscribed)" : "");
+#if defined(__GNUC__) && !defined(__OPTIMIZE__)
+  std::printf("WARNING: built without optimization; the numbers mean little\n");
+#endif
+  std::printf("%s\n\n", opt.quick ? "sizes: small (--quick)" : "sizes: full (8 to 32 MiB per tensor)");
+
+  // Sizes: the reference's feature widths (num_units = 2048 for the RNNLM
+  // and GNMT, d_model = 1024 for the large transformer).
+  const rnn_shape rnn = opt.quick ? rnn_shape{8, 8, 128} : rnn_shape{64, 64, 2048};
+  const trf_shape trf = opt.quick ? trf_shape{8, 16, 64} : trf_shape{32, 256, 1024};
+
+  const embed_mesh embed({1, 1, 8}, dv::all(8));
+  const lstm0_mesh lstm0({4, 1, 1}, dv::first_half(8));
+  const flat_mesh flat({8}, dv::all(8));
+  const grid_mesh grid42({4, 2}, dv::all(8));
+  const grid_mesh grid81({8, 1}, dv::all(8));
+  const grid_mesh grid24({2, 4}, dv::all(8));
+  const interleaved_mesh inter({8}, dv::interleave(dv::first_half(8), dv::second_half(8)));
+  const half_mesh evens({4}, dv::first_half(8));
+
+  std::vector<row> rows;
+  try {
+    auto add = [&](row r) {
+      if (rows.empty()) print_header();
+      rows.push_back(std::move(r));
+      print_row(rows.back());
+    };
+    add(run_case<layout<k(axis2)>>(opt, "1", rnn, embed, lstm0, [](const auto& x, const auto& to) {
+      return typemesh::replace_mesh<layout<batch(axis0)>, independent_axes>(x, to);
+    }));
+    add(run_case<layout<batch(axis0)>>(opt, "1r", rnn, lstm0, embed, [](const auto& x, const auto& to) {
+      return typemesh::replace_mesh<layout<k(axis2)>, independent_axes>(x, to);
+    }));
+    add(run_case<layout<d_model(axis0)>>(opt, "2", trf, flat, grid42, [](const auto& x, const auto& to) {
+      return typemesh::replace_mesh<layout<batch(axis0)>, independent_axes>(x, to);
+    }));
+    add(run_case<layout<batch(axis0)>>(opt, "2r", trf, grid42, flat, [](const auto& x, const auto& to) {
+      return typemesh::replace_mesh<layout<d_model(axis0)>, independent_axes>(x, to);
+    }));
+    add(run_case<typemesh::replicated>(opt, "2z", trf, flat, grid81, [](const auto& x, const auto& to) {
+      return typemesh::replace_mesh<layout<batch(axis0)>, independent_axes>(x, to);
+    }));
+    add(run_case<layout<batch(axis0)>>(opt, "3", rnn, inter, evens, [](const auto& x, const auto& to) {
+      return typemesh::replace_mesh<layout<batch(axis0)>, pipeline>(x, to);
+    }));
+    add(run_case<layout<batch(axis0)>>(opt, "3r", rnn, evens, inter, [](const auto& x, const auto& to) {
+      return typemesh::replace_mesh<layout<batch(axis0)>, pipeline>(x, to);
+    }));
+    add(run_case<layout<batch(axis0), k(axis1)>>(opt, "4", rnn, grid24, grid24, [](const auto& x, const auto&) {
+      return typemesh::relayout<layout<batch(axis1), k(axis0)>>(x);
+    }));
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "typemesh-bench-conversions: %s\n", e.what());
+    return 1;
+  }
+
+  std::printf("\ncases (source -> target):\n");
+  for (const row& r : rows) {
+    std::printf("  %-3s %s\n      -> %s\n", r.name.c_str(), r.from.c_str(), r.to.c_str());
+  }
+  std::printf("plan-only repetitions ran `inner` plans each:");
+  for (const row& r : rows) std::printf(" %s:%d", r.name.c_str(), r.plan_inner);
+  std::printf("\n");
+
+  const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
+  std::printf("\nwall time: %.2f s\n", wall);
+  return 0;
+}
