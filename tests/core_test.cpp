@@ -223,6 +223,19 @@ TEST(Geometry, SeedMeshRelations) {
   EXPECT_EQ(grid.device_at({1, 0}), 0);
 }
 
+// A mesh may have any number of axes, none included: one device.
+TEST(Geometry, MeshesOfZeroToFourAxes) {
+  mesh<"one"> none({});
+  EXPECT_EQ(none.device_count(), 1);
+  EXPECT_TRUE(none.coordinate_of(0).has_value());
+  EXPECT_EQ((typemesh::slice_of<layout<>>(shape<d0>{5}, none, 0)->extent[0]), 5);
+  struct a3 : typemesh::axis<"a3"> {};
+  mesh<"four", a0, a1, a2, a3> m({2, 1, 3, 2});
+  EXPECT_EQ(m.device_at({1, 0, 2, 1}), 1 * 6 + 2 * 2 + 1);
+  auto b = typemesh::slice_of<layout<d0(a3), d1(a2)>>(shape<d0, d1>{4, 6}, m, 11);  // coordinate (1, 0, 2, 1)
+  EXPECT_EQ(b->begin, (std::array<std::int64_t, 2>{2, 4}));
+}
+
 // --- Runtime checks -------------------------------------------------------
 
 TEST(Errors, IndivisibleDimNamesDimAxisAndSizes) {
