@@ -49,28 +49,20 @@
 //   --min-reps R     at least R timed repetitions (default 3)
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <cctype>
 #include <chrono>
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <memory>
-#include <mutex>
-#include <numeric>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
-#if defined(__linux__)
-#include <sched.h>
-#endif
-
+#include "bench_support.hpp"
 #include "typemesh/core/group.hpp"
 #include "typemesh/runtime/device.hpp"
 #include "typemesh/runtime/launch.hpp"
@@ -78,27 +70,21 @@
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-constexpr int devices = 8;
+using namespace typemesh_bench;
 constexpr std::size_t min_size = 1024;  // 1 KiB: 32 floats per alltoall block
 
-struct options {
-  bool quick = false;
+struct options : repeat_options {
   bool pow4 = false;
   std::size_t max_bytes = std::size_t{64} << 20;
-  double min_time_s = 0.050;
-  int min_reps = 3;
-  int max_reps = 100'000;
+
+  options() : repeat_options{.min_time_s = 0.050, .min_reps = 3, .max_reps = 100'000} {}
 };
 
-[[noreturn]] void usage(const std::string& problem, int status = 2) {
-  std::fprintf(status ? stderr : stdout,
-               "typemesh-bench-collectives: %s\n"
-               "usage: typemesh-bench-collectives [--quick] [--max-bytes N[K|M|G]] [--pow4] [--min-time-ms T] "
-               "[--min-reps R]\n",
-               problem.c_str());
-  std::exit(status);
-}
+constexpr program_info program{
+    "typemesh-bench-collectives",
+    "typemesh-bench-collectives [--quick] [--max-bytes N[K|M|G]] [--pow4] [--min-time-ms T] [--min-reps R]"};
+
+[[noreturn]] void usage(const std::string& problem) { typemesh_bench::usage(program, problem); }
 
 std::size_t parse_bytes(const std::string& text) {
   std::size_t pos = 0;
@@ -119,26 +105,15 @@ std::size_t parse_bytes(const std::string& text) {
 
 options parse(int argc, char** argv) {
   options o;
-  bool time_given = false, reps_given = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(std::string(a) + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--quick") o.quick = true;
-    else if (a == "--pow4") o.pow4 = true;
-    else if (a == "--max-bytes") o.max_bytes = parse_bytes(value());
-    else if (a == "--min-time-ms") o.min_time_s = std::atof(value().c_str()) / 1000.0, time_given = true;
-    else if (a == "--min-reps") o.min_reps = std::max(1, std::atoi(value().c_str())), reps_given = true;
-    else if (a == "--help" || a == "-h") usage("measures the host backend's collectives against memcpy (see the source's header)", 0);
-    else usage("unknown argument '" + std::string(a) + "'");
-  }
+  parse_flags(argc, argv, program, "measures the host backend's collectives against memcpy (see the source's header)", o,
+              [&](std::string_view a, auto& value) {
+                if (a == "--pow4") o.pow4 = true;
+                else if (a == "--max-bytes") o.max_bytes = parse_bytes(value());
+                else return false;
+                return true;
+              });
   if (o.quick) {
     o.max_bytes = std::min(o.max_bytes, std::size_t{1} << 20);
-    if (!time_given) o.min_time_s = 0.002;
-    if (!reps_given) o.min_reps = 2;
-    o.max_reps = std::max(o.min_reps, 20);
     o.pow4 = true;
   }
   if (o.max_bytes < min_size) usage("--max-bytes must be at least 1K (1024)");
@@ -149,41 +124,6 @@ std::vector<std::size_t> sizes(const options& o) {
   std::vector<std::size_t> v;
   for (std::size_t s = min_size; s <= o.max_bytes; s *= o.pow4 ? 4 : 2) v.push_back(s);
   return v;
-}
-
-int usable_cores() {
-#if defined(__linux__)
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-#endif
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  int u = 0;
-  while (b >= 1024.0 && u < 3) b /= 1024.0, ++u;
-  char buf[32];
-  if (b == static_cast<double>(static_cast<long long>(b))) std::snprintf(buf, sizeof buf, "%.0f %s", b, units[u]);
-  else std::snprintf(buf, sizeof buf, "%.2f %s", b, units[u]);
-  return buf;
-}
-
-std::string human_time(double s) {
-  char buf[32];
-  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
-  else std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
-  return buf;
-}
-
-// Keeps the compiler from treating a buffer that is written and never read
-// as dead.
-inline void touch(void* p) {
-#if defined(__GNUC__)
-  asm volatile("" : : "r"(p) : "memory");
-#else
-  (void)p;
-#endif
 }
 
 enum class what { memcpy_ref, allreduce, allgather, alltoall };
@@ -199,7 +139,7 @@ constexpr std::string_view name_of(what w) {
 }
 
 struct result {
-  double median_s = 0, best_s = 0;
+  double median_s = 0;
   int reps = 0;
   double moved = 0;  // bytes received per device per call
 };
@@ -207,21 +147,18 @@ struct result {
 // What the devices share. Device 0 decides how many repetitions to run and
 // prints; the barriers order every access.
 struct shared_state {
-  std::array<clock_type::time_point, devices> start{}, end{};
+  rep_clock clock;
   std::array<std::uint64_t, devices> moved{}, calls{};
-  std::vector<double> spans;  // device 0 only
-  bool go = false;
-  std::mutex failure_mutex;
-  std::string failure;  // the first wrong result
+  first_failure failure;
 };
 
 // The input of device d at element i: small integers, so sums are exact.
 inline float input_value(int d, std::size_t i) { return static_cast<float>(d + 1 + static_cast<int>(i % 7)); }
 
-class bench_device {
+class bench_device : public synced_device {
  public:
   bench_device(typemesh::device& dev, shared_state& sh, const options& opt)
-      : dev_(dev), sh_(sh), opt_(opt), all_{{0, 1, 2, 3, 4, 5, 6, 7}, "all"}, id_(dev.id()) {
+      : synced_device(dev, sh.clock, opt), sh_(sh) {
     const std::size_t n = opt.max_bytes / sizeof(float);
     // Allocated and first touched by this device's own thread.
     in_ = std::make_unique<float[]>(n);
@@ -235,34 +172,16 @@ class bench_device {
     check(w, n);
 
     const typemesh::op_traffic before = traffic(w);
-    int reps = 0;
-    if (id_ == 0) sh_.spans.clear();
-    for (;;) {
-      dev_.barrier(all_);  // the previous repetition's times are visible now
-      if (id_ == 0) {
-        if (reps > 0) sh_.spans.push_back(span());
-        double total = std::accumulate(sh_.spans.begin(), sh_.spans.end(), 0.0);
-        sh_.go = reps < opt_.max_reps && (reps < opt_.min_reps || total < opt_.min_time_s);
-      }
-      dev_.barrier(all_);  // the start line
-      if (!sh_.go) break;
-      sh_.start[id_] = clock_type::now();
-      call(w, n);
-      sh_.end[id_] = clock_type::now();
-      ++reps;
-    }
+    const timing t = time_it([&] { call(w, n); });
     const typemesh::op_traffic after = traffic(w);
     sh_.moved[id_] = after.bytes_received - before.bytes_received;
     sh_.calls[id_] = after.calls - before.calls;
-    dev_.barrier(all_);
+    barrier();
 
     result r;
     if (id_ != 0) return r;
-    std::vector<double> s = sh_.spans;
-    std::sort(s.begin(), s.end());
-    r.reps = static_cast<int>(s.size());
-    r.best_s = s.front();
-    r.median_s = s.size() % 2 ? s[s.size() / 2] : (s[s.size() / 2 - 1] + s[s.size() / 2]) / 2;
+    r.reps = t.reps;
+    r.median_s = t.median_s;
     if (w == what::memcpy_ref) {
       r.moved = static_cast<double>(bytes);
     } else {
@@ -277,17 +196,9 @@ class bench_device {
     return r;
   }
 
-  void fail(const std::string& why) {
-    std::lock_guard lk(sh_.failure_mutex);
-    if (sh_.failure.empty()) sh_.failure = why;
-  }
+  void fail(const std::string& why) { sh_.failure.record(why); }
 
  private:
-  double span() const {
-    auto first = *std::min_element(sh_.start.begin(), sh_.start.end());
-    auto last = *std::max_element(sh_.end.begin(), sh_.end.end());
-    return std::chrono::duration<double>(last - first).count();
-  }
 
   typemesh::op_traffic traffic(what w) const {
     switch (w) {
@@ -313,8 +224,7 @@ class bench_device {
     float* out = out_.get();
     switch (w) {
       case what::memcpy_ref:
-        std::memcpy(out, in, n * sizeof(float));
-        touch(out);
+        reference_copy(out, in, n * sizeof(float));
         break;
       case what::allreduce:
         dev_.allreduce<float>(all_, std::span<const float>(in, n), std::span<float>(out, n));
@@ -371,11 +281,7 @@ class bench_device {
       if (!one(b * block) || !one(b * block + block - 1)) return;
   }
 
-  typemesh::device& dev_;
   shared_state& sh_;
-  const options& opt_;
-  typemesh::group all_;
-  int id_;
   std::unique_ptr<float[]> in_, out_;
 };
 
@@ -402,15 +308,9 @@ void print_legend(const options& opt) {
 int main(int argc, char** argv) {
   const options opt = parse(argc, argv);
   const auto t0 = clock_type::now();
-  const int cores = usable_cores();
-  const unsigned online = std::thread::hardware_concurrency();
 
   print_legend(opt);
-  std::printf("machine: %d usable cores (%u online); the 8 devices are threads sharing them%s\n", cores, online,
-              cores < devices ? " (oversubscribed)" : "");
-#if defined(__GNUC__) && !defined(__OPTIMIZE__)
-  std::printf("WARNING: built without optimization; the numbers mean little\n");
-#endif
+  print_machine();
   std::printf("sizes: 1 KiB to %s in powers of %d%s\n\n", human_bytes(static_cast<double>(sizes(opt).back())).c_str(),
               opt.pow4 ? 4 : 2, opt.quick ? " (--quick)" : "");
   std::printf("%-10s %10s %6s %12s %9s %11s %9s %9s %7s\n", "op", "size", "reps", "time", "algbw", "moved", "moved/s",
@@ -446,10 +346,9 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
-  std::printf("\nwall time: %.2f s\n", wall);
-  if (!sh.failure.empty()) {
-    std::fprintf(stderr, "typemesh-bench-collectives: WRONG RESULT: %s\n", sh.failure.c_str());
+  print_wall_time(t0);
+  if (!sh.failure.what.empty()) {
+    std::fprintf(stderr, "typemesh-bench-collectives: WRONG RESULT: %s\n", sh.failure.what.c_str());
     return 1;
   }
   return 0;

@@ -88,21 +88,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <mutex>
-#include <numeric>
+#include <stdexcept>
 #include <string>
 #include <string_view>
-#include <thread>
+#include <utility>
 #include <vector>
 
-#if defined(__linux__)
-#include <sched.h>
-#endif
-
+#include "bench_support.hpp"
 #include "typemesh/convert/relayout.hpp"
 #include "typemesh/convert/replace_mesh.hpp"
 #include "typemesh/convert/transfer_plan.hpp"
@@ -120,9 +115,8 @@
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using namespace typemesh_bench;
 using typemesh::layout;
-constexpr int devices = 8;
 
 struct batch : typemesh::dim<"batch"> {};
 struct seq : typemesh::dim<"seq"> {};
@@ -142,69 +136,21 @@ using grid_mesh = typemesh::mesh<"mesh2d", axis0, axis1>;
 using interleaved_mesh = typemesh::mesh<"interleaved", axis0>;
 using half_mesh = typemesh::mesh<"every_other", axis0>;
 
-struct options {
-  bool quick = false;
-  double min_time_s = 0.200;
-  int min_reps = 5;
-  int max_reps = 10'000;
+struct options : repeat_options {
   double plan_rep_s = 0.002;  // aim of one plan-only repetition
+
+  options() : repeat_options{.min_time_s = 0.200, .min_reps = 5, .max_reps = 10'000} {}
 };
 
-[[noreturn]] void usage(const std::string& problem, int status = 2) {
-  std::fprintf(status ? stderr : stdout,
-               "typemesh-bench-conversions: %s\n"
-               "usage: typemesh-bench-conversions [--quick] [--min-time-ms T] [--min-reps R]\n",
-               problem.c_str());
-  std::exit(status);
-}
+constexpr program_info program{"typemesh-bench-conversions",
+                               "typemesh-bench-conversions [--quick] [--min-time-ms T] [--min-reps R]"};
 
 options parse(int argc, char** argv) {
   options o;
-  bool time_given = false, reps_given = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(std::string(a) + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--quick") o.quick = true;
-    else if (a == "--min-time-ms") o.min_time_s = std::atof(value().c_str()) / 1000.0, time_given = true;
-    else if (a == "--min-reps") o.min_reps = std::max(1, std::atoi(value().c_str())), reps_given = true;
-    else if (a == "--help" || a == "-h") usage("measures relayouts and mesh replacements against memcpy (see the source's header)", 0);
-    else usage("unknown argument '" + std::string(a) + "'");
-  }
-  if (o.quick) {
-    if (!time_given) o.min_time_s = 0.002;
-    if (!reps_given) o.min_reps = 2;
-    o.max_reps = std::max(o.min_reps, 20);
-    o.plan_rep_s = 0.0002;
-  }
+  parse_flags(argc, argv, program, "measures relayouts and mesh replacements against memcpy (see the source's header)",
+              o, [](std::string_view, auto&) { return false; });
+  if (o.quick) o.plan_rep_s = 0.0002;
   return o;
-}
-
-int usable_cores() {
-#if defined(__linux__)
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-#endif
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  int u = 0;
-  while (b >= 1024.0 && u < 3) b /= 1024.0, ++u;
-  char buf[32];
-  if (b == static_cast<double>(static_cast<long long>(b))) std::snprintf(buf, sizeof buf, "%.0f %s", b, units[u]);
-  else std::snprintf(buf, sizeof buf, "%.2f %s", b, units[u]);
-  return buf;
-}
-
-std::string human_time(double s) {
-  char buf[32];
-  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
-  else std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
-  return buf;
 }
 
 std::string rate(double bytes, double s) {
@@ -214,40 +160,17 @@ std::string rate(double bytes, double s) {
   return buf;
 }
 
-// Keeps the compiler from treating a buffer that is written and never read
-// as dead.
-inline void touch(const void* p) {
-#if defined(__GNUC__)
-  asm volatile("" : : "r"(p) : "memory");
-#else
-  (void)p;
-#endif
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
-
-struct timing {
-  double median_s = 0;
-  int reps = 0;
-};
-
 // What the devices of one case share. Device 0 decides how many repetitions
 // to run; the barriers order every access.
 struct shared_state {
-  std::array<clock_type::time_point, devices> start{}, end{};
+  rep_clock clock;
   std::array<std::uint64_t, devices> received{};
-  std::vector<double> spans;  // device 0 only
-  bool go = false;
   bool ok = true;
   int plan_inner = 1;
   std::size_t pieces = 0;
   std::string from, to;  // the tensors' descriptions, from device 0
   timing conversion, reference, plan;
-  std::mutex failure_mutex;
-  std::string failure;  // the first wrong result
+  first_failure failure;
 };
 
 struct row {
@@ -259,75 +182,26 @@ struct row {
   std::string from, to;
 };
 
-class bench_device {
+class bench_device : public synced_device {
  public:
   bench_device(typemesh::device& dev, shared_state& sh, const options& opt)
-      : dev_(dev), sh_(sh), opt_(opt), all_{typemesh::devices::all(devices), "all"}, id_(dev.id()) {}
-
-  int id() const { return id_; }
-  typemesh::device& dev() { return dev_; }
+      : synced_device(dev, sh.clock, opt), sh_(sh) {}
 
   void fail(const std::string& why) {
-    std::lock_guard lk(sh_.failure_mutex);
-    if (sh_.failure.empty()) sh_.failure = why;
+    sh_.failure.record(why);
     sh_.ok = false;
   }
 
   // Every device decides the same: whether all devices' checks passed.
   bool all_ok() {
-    dev_.barrier(all_);
+    barrier();
     const bool ok = sh_.ok;
-    dev_.barrier(all_);
+    barrier();
     return ok;
   }
 
-  void barrier() { dev_.barrier(all_); }
-
-  // Times f (run on every device at once) `inner` times per repetition; the
-  // result of f is destroyed after the end time. Returns the median on
-  // device 0 (per call of f) and this device's repetition count.
-  template <class F>
-  timing time_it(F&& f, int inner = 1) {
-    int reps = 0;
-    if (id_ == 0) sh_.spans.clear();
-    for (;;) {
-      dev_.barrier(all_);  // the previous repetition's times are visible now
-      if (id_ == 0) {
-        if (reps > 0) sh_.spans.push_back(span() / inner);
-        double total = std::accumulate(sh_.spans.begin(), sh_.spans.end(), 0.0) * inner;
-        sh_.go = reps < opt_.max_reps && (reps < opt_.min_reps || total < opt_.min_time_s);
-      }
-      dev_.barrier(all_);  // the start line
-      if (!sh_.go) break;
-      sh_.start[id_] = clock_type::now();
-      if constexpr (std::is_void_v<decltype(f())>) {
-        for (int i = 0; i < inner; ++i) f();
-        sh_.end[id_] = clock_type::now();
-      } else {
-        auto r = f();
-        for (int i = 1; i < inner; ++i) r = f();
-        sh_.end[id_] = clock_type::now();
-      }
-      ++reps;
-    }
-    timing t;
-    t.reps = reps;
-    if (id_ == 0) t.median_s = median(sh_.spans);
-    return t;
-  }
-
  private:
-  double span() const {
-    auto first = *std::min_element(sh_.start.begin(), sh_.start.end());
-    auto last = *std::max_element(sh_.end.begin(), sh_.end.end());
-    return std::chrono::duration<double>(last - first).count();
-  }
-
-  typemesh::device& dev_;
   shared_state& sh_;
-  const options& opt_;
-  typemesh::group all_;
-  int id_;
 };
 
 // The value of element i of every test tensor: exact in float, and different
@@ -399,10 +273,7 @@ row run_case(const options& opt, std::string name, const Shape& s, const From& f
     std::memset(src.get(), me + 1, bytes);
     std::memset(dst.get(), 0, bytes);
     std::memcpy(dst.get(), src.get(), bytes);  // warm-up
-    const timing ref = b.time_it([&] {
-      if (bytes) std::memcpy(dst.get(), src.get(), bytes);
-      touch(dst.get());
-    });
+    const timing ref = b.time_it([&] { reference_copy(dst.get(), src.get(), bytes); });
     if (me == 0) sh.reference = ref;
     if (bytes && (dst[0] != src[0] || dst[bytes - 1] != src[bytes - 1])) b.fail("memcpy reference went wrong");
     src.reset();
@@ -440,7 +311,7 @@ row run_case(const options& opt, std::string name, const Shape& s, const From& f
   r.plan_inner = sh.plan_inner;
   r.from = sh.from;
   r.to = sh.to;
-  if (!sh.failure.empty()) throw std::runtime_error("WRONG RESULT: " + sh.failure);
+  if (!sh.failure.what.empty()) throw std::runtime_error("WRONG RESULT: " + sh.failure.what);
   return r;
 }
 
@@ -488,18 +359,12 @@ void print_row(const row& r) {
 int main(int argc, char** argv) {
   const options opt = parse(argc, argv);
   const auto t0 = clock_type::now();
-  const int cores = usable_cores();
-  const unsigned online = std::thread::hardware_concurrency();
   namespace dv = typemesh::devices;
   using typemesh::independent_axes;
   using typemesh::pipeline;
 
   print_legend(opt);
-  std::printf("machine: %d usable cores (%u online); the 8 devices are threads sharing them%s\n", cores, online,
-              cores < devices ? " (oversubscribed)" : "");
-#if defined(__GNUC__) && !defined(__OPTIMIZE__)
-  std::printf("WARNING: built without optimization; the numbers mean little\n");
-#endif
+  print_machine();
   std::printf("%s\n\n", opt.quick ? "sizes: small (--quick)" : "sizes: full (8 to 32 MiB per tensor)");
 
   // Sizes: the reference's feature widths (num_units = 2048 for the RNNLM
@@ -561,7 +426,6 @@ int main(int argc, char** argv) {
   for (const row& r : rows) std::printf(" %s:%d", r.name.c_str(), r.plan_inner);
   std::printf("\n");
 
-  const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
-  std::printf("\nwall time: %.2f s\n", wall);
+  print_wall_time(t0);
   return 0;
 }
