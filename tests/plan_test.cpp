@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "typemesh/plan/networks.hpp"
+#include "typemesh/plan/report.hpp"
 #include "typemesh/plan/search.hpp"
 
 namespace tp = typemesh::plan;
@@ -85,7 +86,7 @@ tp::graph fork(std::mt19937& rng) {
 tp::graph attention_like() {
   tp::graph_builder g("attention", 2.0);
   auto x = g.input({4, 4, 4});  // b l e
-  auto qkv = g.einsum("ble,shek->sbhlk", x, g.input({2, 2, 4, 2}));
+  auto qkv = g.einsum("ble,shek->sbhlk", x, g.input({3, 2, 4, 2}));
   auto parts = g.unstack(qkv, 0);
   auto logits = g.einsum("bhlk,bhmk->bhlm", parts[0], parts[1]);
   auto w = g.softmax(logits, 3);
@@ -340,8 +341,10 @@ TEST(PlanSearch, AnyOrderGivesTheSameMinimum) {
   }
 }
 
-TEST(PlanSearch, OrdersOfTheFiveNetworksAgree) {
-  for (const auto& name : tp::network_names()) {
+// Breadth-first elimination builds tables over whole fronts: fine on the
+// chains, far too large on ResNet, Inception and the Transformer.
+TEST(PlanSearch, BreadthFirstAgreesOnTheChainNetworks) {
+  for (const std::string name : {"alexnet", "rnnlm"}) {
     const auto p = tp::build_problem(tp::network(name, 128), 4);
     tp::search_options bfs;
     bfs.order = tp::vertex_order::breadth_first;
@@ -350,6 +353,53 @@ TEST(PlanSearch, OrdersOfTheFiveNetworksAgree) {
     EXPECT_NEAR(a.cost, b.cost, 1e-9 * a.cost) << name;
     EXPECT_NEAR(tp::strategy_cost(p, a.choice), a.cost, 1e-9 * a.cost) << name;
   }
+}
+
+TEST(PlanSearch, ThreadsDoNotChangeTheResult) {
+  const auto p = tp::build_problem(tp::transformer(128), 16);
+  tp::search_options one, many;
+  one.threads = 1;
+  many.threads = 4;
+  const auto a = tp::find_best_strategy(p, one);
+  const auto b = tp::find_best_strategy(p, many);
+  EXPECT_EQ(a.cost, b.cost);
+  EXPECT_EQ(a.choice, b.choice);
+}
+
+TEST(PlanReport, TableJsonAndDot) {
+  const auto g = tp::alexnet(128);
+  const auto p = tp::build_problem(g, 4);
+  const auto r = tp::find_best_strategy(p);
+  std::ostringstream table, json, dot;
+  tp::write_table(table, g, p, r);
+  tp::write_json(json, g, p, r, 4, 128, {});
+  tp::write_dot(dot, g, &p, &r);
+  EXPECT_NE(table.str().find("Total cost: 148215719552.00"), std::string::npos) << table.str();
+  EXPECT_NE(json.str().find("\"total_cost\": 148215719552.00"), std::string::npos);
+  EXPECT_NE(json.str().find("\"name\": \"conv1\""), std::string::npos);
+  EXPECT_NE(dot.str().find("n0 -> n1"), std::string::npos);
+  EXPECT_NE(dot.str().find("conv1\\nconv\\nb=4"), std::string::npos) << dot.str();
+}
+
+TEST(PlanReport, HeaderOfMeshesAndLayouts) {
+  const auto g = tp::alexnet(128);
+  const auto p = tp::build_problem(g, 16);
+  const auto r = tp::find_best_strategy(p);
+  std::ostringstream h;
+  tp::write_header(h, g, p, r, 16);
+  const auto s = h.str();
+  EXPECT_NE(s.find("namespace plan_alexnet_p16 {"), std::string::npos);
+  EXPECT_NE(s.find("struct b : typemesh::dim<\"b\"> {};"), std::string::npos);
+  // The reference's plan for AlexNet on 16 devices: conv1 data parallel, fc6 split (n=2, k=8).
+  EXPECT_NE(s.find("using mesh = typemesh::mesh<\"conv1\", axes::a0>;\n"
+                   "inline constexpr std::array<int, 1> mesh_shape{16};\n"
+                   "using layout = typemesh::layout<dims::b(axes::a0)>;"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("inline constexpr std::array<int, 2> mesh_shape{2, 8};\n"
+                   "using layout = typemesh::layout<dims::n(axes::a0), dims::k(axes::a1)>;"),
+            std::string::npos)
+      << s;
 }
 
 // ---- the reference's minimum costs -----------------------------------------------
@@ -420,4 +470,22 @@ TEST(PlanErrors, TableSizeGuard) {
   const auto m = error_of([&] { tp::find_best_strategy(p, o); });
   EXPECT_NE(m.find("eliminating layer"), std::string::npos) << m;
   EXPECT_THROW(tp::find_best_strategy(p, std::vector<int>{0, 1}), typemesh::plan_error);
+  // The message names the layer (the Transformer's layers have names).
+  bool named = false;
+  for (const auto& n : p.names) named |= !n.empty() && m.find(n) != std::string::npos;
+  EXPECT_TRUE(named) << m;
+}
+
+TEST(PlanErrors, SearchRejectsMalformedProblems) {
+  std::mt19937 rng(9);
+  auto p = random_problem(rng, 4, 0);
+  auto q = p;
+  q.edges[0].dst = q.edges[0].src;
+  EXPECT_THROW(tp::find_best_strategy(q), typemesh::plan_error);
+  q = p;
+  q.edges[0].table.pop_back();
+  EXPECT_THROW(tp::find_best_strategy(q), typemesh::plan_error);
+  q = p;
+  q.vertex_costs[1].clear();
+  EXPECT_THROW(tp::find_best_strategy(q), typemesh::plan_error);
 }

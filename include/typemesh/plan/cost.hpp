@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -195,7 +196,11 @@ struct problem {
   std::vector<config_table> configs;
   std::vector<std::vector<double>> vertex_costs;
   std::vector<edge_table> edges;
+  std::vector<std::string> names;  // optional, for messages
   int size() const { return static_cast<int>(vertex_costs.size()); }
+  std::string name(int v) const {
+    return v >= 0 && v < static_cast<int>(names.size()) ? names[v] : detail::cat("#", v);
+  }
 };
 
 namespace detail_cost {
@@ -230,6 +235,7 @@ inline problem build_problem(const graph& g, std::int64_t procs, const machine& 
     std::vector<double> c(t.size());
     for (std::size_t i = 0; i < t.size(); ++i) c[i] = layer_cost(l, t.row(i), r);
     p.vertex_costs.push_back(std::move(c));
+    p.names.push_back(l.name);
   }
   for (const auto& e : g.edges) {
     edge_table et;

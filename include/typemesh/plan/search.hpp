@@ -143,14 +143,15 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
   {
     std::vector<char> seen(n, 0);
     for (int v : order) {
-      if (v < 0 || v >= n || seen[v]) throw plan_error(detail::cat("elimination order repeats or misses layer ", v));
+      if (v < 0 || v >= n || seen[v])
+        throw plan_error(detail::cat("elimination order names layer ", p.name(v), " twice or out of range"));
       seen[v] = 1;
     }
   }
   std::vector<std::int64_t> ncfg(n);
   for (int v = 0; v < n; ++v) {
     ncfg[v] = static_cast<std::int64_t>(p.vertex_costs[v].size());
-    if (ncfg[v] == 0) throw plan_error(detail::cat("layer #", v, " has no configuration"));
+    if (ncfg[v] == 0) throw plan_error(detail::cat("layer ", p.name(v), " has no configuration"));
   }
 
   std::vector<std::vector<double>> unary = p.vertex_costs;
@@ -160,6 +161,12 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
   std::uint64_t live_bytes = 0;
   search_result res;
   for (const auto& e : p.edges) {
+    if (e.src < 0 || e.src >= n || e.dst < 0 || e.dst >= n || e.src == e.dst)
+      throw plan_error(detail::cat("edge ", p.name(e.src), " -> ", p.name(e.dst), " is not between two layers"));
+    if (e.src_layout.size() != static_cast<std::size_t>(ncfg[e.src]) ||
+        e.dst_layout.size() != static_cast<std::size_t>(ncfg[e.dst]) ||
+        e.table.size() != static_cast<std::size_t>(e.src_layouts) * static_cast<std::size_t>(e.dst_layouts))
+      throw plan_error(detail::cat("edge ", p.name(e.src), " -> ", p.name(e.dst), ": cost table of the wrong size"));
     factor f;
     f.scope = {e.src, e.dst};
     f.maps = {e.src_layout.data(), e.dst_layout.data()};
@@ -168,7 +175,7 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
     const int id = static_cast<int>(factors.size());
     factors.push_back(std::move(f));
     touching[e.src].push_back(id);
-    if (e.dst != e.src) touching[e.dst].push_back(id);
+    touching[e.dst].push_back(id);
   }
 
   std::vector<int> pos(n);
@@ -193,7 +200,7 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
     // entries in this table are contiguous.
     std::sort(scope.begin(), scope.end(), [&](int a, int b) { return pos[a] > pos[b]; });
     for (int u : scope)
-      if (gone[u]) throw plan_error(detail::cat("internal: table mentions eliminated layer #", u));
+      if (gone[u]) throw plan_error(detail::cat("internal: table mentions eliminated layer ", p.name(u)));
     const int k = static_cast<int>(scope.size());
     std::vector<std::int64_t> strides(k);
     std::uint64_t entries = 1;
@@ -201,7 +208,7 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
       strides[j] = static_cast<std::int64_t>(entries);
       entries *= static_cast<std::uint64_t>(ncfg[scope[j]]);
       if (entries > opt.max_table_entries)
-        throw plan_error(detail::cat("eliminating layer #", v, " needs a table over ", k,
+        throw plan_error(detail::cat("eliminating layer ", p.name(v), " needs a table over ", k,
                                      " layers with more than ", opt.max_table_entries, " entries"));
     }
     res.largest_table = std::max(res.largest_table, entries);
