@@ -4,6 +4,7 @@
 //
 //   typemesh-plan -g transformer -p 16 [-b 128] [--flops 10] [--bw 16]
 //                 [--order gen|bfs] [--json] [-d [file.dot]] [--emit-header file.hpp]
+//   typemesh-plan --graph-file my.graph -p 16      (the text format of plan/parse.hpp)
 #include <sys/resource.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "typemesh/plan/networks.hpp"
+#include "typemesh/plan/parse.hpp"
 #include "typemesh/plan/report.hpp"
 #include "typemesh/plan/search.hpp"
 
@@ -22,6 +24,8 @@ namespace {
 void usage(std::ostream& os) {
   os << "usage: typemesh-plan [options]\n"
         "  -g, --graph NAME   alexnet | resnet101 | inception3 | rnnlm | transformer (alexnet)\n"
+        "      --graph-file FILE  search the graph in FILE (text format of typemesh/plan/parse.hpp)\n"
+        "                     instead of a built-in network; -b does not apply to it\n"
         "  -p, --procs N      processors (8)\n"
         "  -b, --batch N      batch size (128)\n"
         "  -m, --model N      model size (128; accepted for compatibility, no graph uses it)\n"
@@ -59,7 +63,7 @@ double to_double(const std::string& flag, const std::string& v) {
 
 int main(int argc, char** argv) {
   namespace tp = typemesh::plan;
-  std::string graph_name = "alexnet", dot_file, header_file;
+  std::string graph_name = "alexnet", graph_file, dot_file, header_file;
   long long procs = 8, batch = 128;
   tp::machine mach;
   tp::search_options opt;
@@ -72,6 +76,7 @@ int main(int argc, char** argv) {
         return argv[++i];
       };
       if (a == "-g" || a == "--graph") graph_name = value();
+      else if (a == "--graph-file") graph_file = value();
       else if (a == "-p" || a == "--procs") procs = to_int(a, value());
       else if (a == "-b" || a == "--batch") batch = to_int(a, value());
       else if (a == "-m" || a == "--model") (void)to_int(a, value());
@@ -97,7 +102,7 @@ int main(int argc, char** argv) {
     if (procs < 1) throw typemesh::plan_error("option -p needs a positive processor count");
 
     const auto t0 = std::chrono::steady_clock::now();
-    const auto g = tp::network(graph_name, batch);
+    const auto g = graph_file.empty() ? tp::network(graph_name, batch) : tp::read_graph_file(graph_file);
     const auto p = tp::build_problem(g, procs, mach);
     const auto t1 = std::chrono::steady_clock::now();
     const auto r = tp::find_best_strategy(p, opt);
