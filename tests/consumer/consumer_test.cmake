@@ -76,7 +76,8 @@ if(MODE STREQUAL "find_package")
       "-DCMAKE_INSTALL_PREFIX=${_prefix}"
       -DTYPEMESH_BUILD_TESTS=OFF
       -DTYPEMESH_BUILD_EXAMPLES=OFF
-      -DTYPEMESH_BUILD_BENCH=OFF)
+      -DTYPEMESH_BUILD_BENCH=OFF
+      -DTYPEMESH_BUILD_TOOLS=OFF)
   _consumer_step("install typemesh"
     ${CMAKE_COMMAND} --install "${_typemesh_build}" --config ${_build_type})
 
