@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <charconv>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -14,6 +15,12 @@
 namespace typemesh::plan {
 
 namespace detail_report {
+// The shortest text that reads back as the same double (the machine parameters).
+inline std::string exact(double x) {
+  char buf[32];
+  auto end = std::to_chars(buf, buf + sizeof buf, x).ptr;
+  return std::string(buf, end);
+}
 inline std::string json_string(const std::string& s) {
   std::string r = "\"";
   for (char c : s) {
@@ -65,7 +72,8 @@ inline void write_json(std::ostream& os, const graph& g, const problem& p, const
                        std::int64_t procs, std::int64_t batch, const machine& m) {
   using detail_report::json_string;
   os << "{\n  \"format\": \"typemesh-plan/1\",\n  \"graph\": " << json_string(g.name) << ",\n  \"procs\": " << procs
-     << ",\n  \"batch\": " << batch << ",\n  \"tflops\": " << m.tflops << ",\n  \"bandwidth_gb\": " << m.bandwidth_gb
+     << ",\n  \"batch\": " << batch << ",\n  \"tflops\": " << detail_report::exact(m.tflops)
+     << ",\n  \"bandwidth_gb\": " << detail_report::exact(m.bandwidth_gb)
      << ",\n  \"total_cost\": " << detail_report::fixed2(r.cost) << ",\n  \"layers\": [";
   for (int v = 0; v < g.size(); ++v) {
     const auto& l = g.layers[v];
