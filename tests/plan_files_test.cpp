@@ -62,23 +62,23 @@ void expect_same_graph(const tp::graph& a, const tp::graph& b) {
   }
 }
 
-// The message of the plan_error that reading `text` throws ("" if none).
-std::string graph_error(const std::string& text) {
+// The message of the plan_error that `read` throws ("" if none).
+template <class Read>
+std::string error_of(Read read) {
   try {
-    tp::read_graph_text(text, "g.txt");
+    read();
   } catch (const typemesh::plan_error& e) {
     return e.what();
   }
   return "";
 }
 
+std::string graph_error(const std::string& text) {
+  return error_of([&] { tp::read_graph_text(text, "g.txt"); });
+}
+
 std::string plan_error_of(const std::string& text) {
-  try {
-    tp::read_plan_text(text, "p.json");
-  } catch (const typemesh::plan_error& e) {
-    return e.what();
-  }
-  return "";
+  return error_of([&] { tp::read_plan_text(text, "p.json"); });
 }
 
 std::string plan_json(const std::string& net, std::int64_t procs) {
