@@ -32,4 +32,18 @@
 #include "typemesh/convert/transfer.hpp"
 #include "typemesh/convert/transfer_plan.hpp"
 
+// ops and autodiff: typed operations that insert the collectives their
+// layouts need, and reverse-mode gradients
+#include "typemesh/autodiff/node.hpp"
+#include "typemesh/autodiff/tape.hpp"
+#include "typemesh/ops/binary.hpp"
+#include "typemesh/ops/einsum.hpp"
+#include "typemesh/ops/random.hpp"
+#include "typemesh/ops/reduce.hpp"
+#include "typemesh/ops/unary.hpp"
+
+// layers and optimizers
+#include "typemesh/layers/variable.hpp"
+#include "typemesh/optim/optimizers.hpp"
+
 #include "typemesh/version.hpp"

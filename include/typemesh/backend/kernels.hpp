@@ -40,6 +40,12 @@ void zip(const storage<T>& a, const storage<U>& b, storage<V>& out, F f) {
   thrust::transform(a.begin(), a.end(), b.begin(), out.begin(), f);
 }
 
+// dst[i] += src[i].
+template <class T>
+void add_into(storage<T>& dst, const storage<T>& src) {
+  thrust::transform(dst.begin(), dst.end(), src.begin(), dst.begin(), thrust::plus<T>());
+}
+
 template <class T>
 T sum(const storage<T>& s) {
   return thrust::reduce(s.begin(), s.end(), T{0}, thrust::plus<T>());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "typemesh/backend/kernels.hpp"
+#include "typemesh/autodiff/tape.hpp"
 #include "typemesh/convert/transfer_plan.hpp"
 #include "typemesh/tensor/tensor.hpp"
 
@@ -106,6 +107,20 @@ void run_transfer(const transfer_plan<Rank>& plan, local_slice<const T, Rank> in
 
 }  // namespace detail
 
+template <class NewLayout, class T, class S, class L, class M, class M2>
+tensor<T, S, NewLayout, M2> transfer(const tensor<T, S, L, M>& x, const M2& to);
+
+namespace detail {
+// Records a transfer's gradient: the reverse transfer.
+template <class Out, class In>
+Out with_gradient(Out out, const In& x) {
+  using in_layout = typename In::layout_type;
+  return record(std::move(out), "transfer", gradient_of(x, [from = x.mesh()](const Out& dy) {
+                  return transfer<in_layout>(dy, from);
+                }));
+}
+}  // namespace detail
+
 // x re-placed by NewLayout on mesh `to`: each device receives only what it
 // lacks. Devices outside both meshes do nothing.
 template <class NewLayout, class T, class S, class L, class M, class M2>
@@ -115,12 +130,12 @@ tensor<T, S, NewLayout, M2> transfer(const tensor<T, S, L, M>& x, const M2& to) 
   constexpr std::size_t rank = S::rank;
   out_t out(to, x.shape());
   const int me = x.device();
-  if (!x.mesh().contains(me) && !to.contains(me)) return out;
+  if (!x.mesh().contains(me) && !to.contains(me)) return detail::with_gradient(std::move(out), x);
   const auto plan = make_transfer_plan<rank>(x.shape().sizes(),
                                              runtime_placement<rank>::template of<typename in_t::geometry>(x.mesh()),
                                              runtime_placement<rank>::template of<typename out_t::geometry>(to));
   detail::run_transfer<T, rank>(plan, {x.local().data(), x.slice()}, {out.local().data(), out.slice()});
-  return out;
+  return detail::with_gradient(std::move(out), x);
 }
 
 }  // namespace typemesh

@@ -1,7 +1,8 @@
-// Elementwise maps over distributed tensors, and whole-tensor reductions.
-// Operands must live on the same mesh with the same shape and layout: the
-// checks below make anything else a compile error that names the meshes or
-// the dim whose layouts disagree.
+// Elementwise maps over distributed tensors, and whole-tensor reductions to
+// plain values. zip's operands must live on the same mesh with the same shape
+// and layout: the checks below make anything else a compile error that names
+// the meshes or the dim whose layouts disagree. The arithmetic operators,
+// which broadcast by dim name and have gradients, are in ops/binary.hpp.
 #pragma once
 
 #include <limits>
@@ -72,27 +73,6 @@ template <class T>
 struct plus_op {
   TYPEMESH_HOST_DEVICE T operator()(T x, T y) const { return x + y; }
 };
-template <class T>
-struct minus_op {
-  TYPEMESH_HOST_DEVICE T operator()(T x, T y) const { return x - y; }
-};
-template <class T>
-struct times_op {
-  TYPEMESH_HOST_DEVICE T operator()(T x, T y) const { return x * y; }
-};
-
-template <class T, class SA, class LA, class MA, class SB, class LB, class MB>
-auto operator+(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
-  return zip(a, b, plus_op<T>{});
-}
-template <class T, class SA, class LA, class MA, class SB, class LB, class MB>
-auto operator-(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
-  return zip(a, b, minus_op<T>{});
-}
-template <class T, class SA, class LA, class MA, class SB, class LB, class MB>
-auto operator*(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
-  return zip(a, b, times_op<T>{});
-}
 
 // The sum of all elements, on every device of the mesh (T{} outside it).
 // Replicas are not counted twice: the local sums are reduced only along the

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -14,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "typemesh/autodiff/node.hpp"
 #include "typemesh/backend/kernels.hpp"
 #include "typemesh/backend/storage.hpp"
 #include "typemesh/core/error.hpp"
@@ -64,7 +66,8 @@ class tensor {
         shape_(other.shape_),
         device_(other.device_),
         slice_(other.slice_),
-        local_(std::move(other.local_)) {}
+        local_(std::move(other.local_)),
+        node_(std::move(other.node_)) {}
 
   const Mesh& mesh() const { return mesh_; }
   const Shape& shape() const { return shape_; }
@@ -106,12 +109,49 @@ class tensor {
   // The local slice as a region of itself, for box copies.
   backend::region<rank> local_region() const { return {slice_.extent, {}}; }
 
+  // --- Autodiff ---------------------------------------------------------------
+
+  // Marks this tensor as a leaf whose gradient `backward` computes; `what`
+  // names it in messages. Variables are made this way.
+  tensor& requires_grad(std::string what = "tensor") {
+    node_ = autodiff::make_node(std::move(what));
+    return *this;
+  }
+  // Whether a gradient flows to or through this tensor.
+  bool tracked() const { return node_ != nullptr; }
+  const std::shared_ptr<autodiff::node>& node() const { return node_; }
+  void set_node(std::shared_ptr<autodiff::node> n) { node_ = std::move(n); }
+
+  // The same values, cut off from the tape.
+  tensor detached() const {
+    tensor t = *this;
+    t.node_.reset();
+    return t;
+  }
+
+  // Whether `backward` has left a gradient for this tensor.
+  bool has_grad() const { return node_ && node_->grad.has_value(); }
+
+  // This tensor's gradient after `backward`: its slice of d(loss)/d(tensor).
+  const tensor& grad() const {
+    if (!has_grad()) {
+      throw error(detail::cat(node_ ? "'" + node_->what + "' " : std::string("a tensor "),
+                              "has no gradient: ", node_ ? "backward has not reached it since its last reset"
+                                                         : "it does not require one (call requires_grad or make it a variable)"));
+    }
+    return std::any_cast<const tensor&>(node_->grad);
+  }
+  void zero_grad() {
+    if (node_) node_->grad.reset();
+  }
+
  private:
   Mesh mesh_;
   Shape shape_;
   int device_;
   box<rank> slice_{};
   backend::storage<T> local_;
+  std::shared_ptr<autodiff::node> node_;
 
   template <class, class, class, class>
   friend class tensor;

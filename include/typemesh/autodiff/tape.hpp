@@ -1,0 +1,143 @@
+// Reverse-mode autodiff, the typed part: recording an operation's gradient
+// functions, and running the tape backward from a loss.
+//
+//   auto y = typemesh::einsum<batch, n>(x, w);       // records when x or w is tracked
+//   auto loss = typemesh::reduce_mean(...);
+//   typemesh::backward(loss);                        // fills w.grad()
+//
+// An operation calls `record(out, "name", gradient_of(x, f), gradient_of(w, g))`:
+// f and g map the gradient of `out` to the gradient of x and of w, as tensors
+// of x's and w's types. Inputs that are not tracked are skipped, so their
+// gradient functions never run.
+#pragma once
+
+#include <algorithm>
+#include <any>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "typemesh/autodiff/node.hpp"
+#include "typemesh/backend/kernels.hpp"
+#include "typemesh/core/error.hpp"
+#include "typemesh/tensor/tensor.hpp"
+
+namespace typemesh {
+
+namespace autodiff {
+
+// Adds g to the gradient held by n (which belongs to a tensor of type In).
+template <class In, class G>
+void accumulate(node& n, G&& g) {
+  if (!n.grad.has_value()) {
+    In converted(std::forward<G>(g));
+    converted.set_node(nullptr);
+    n.grad = std::move(converted);
+    return;
+  }
+  auto& held = std::any_cast<In&>(n.grad);
+  const In add(std::forward<G>(g));
+  if (held.local().size() != add.local().size()) {
+    throw shape_error(typemesh::detail::cat("gradient of '", n.what, "': a contribution of ", add.local().size(),
+                                            " local elements meets ", held.local().size()));
+  }
+  backend::add_into(held.storage(), add.storage());
+}
+
+template <class In, class F>
+struct gradient_edge {
+  const In* input;
+  F f;
+};
+
+}  // namespace autodiff
+
+// One input of an operation and the function from the output's gradient to
+// that input's gradient.
+template <class In, class F>
+auto gradient_of(const In& input, F f) {
+  return autodiff::gradient_edge<In, F>{&input, std::move(f)};
+}
+
+// Records `out` as computed from the edges' inputs, when recording and at
+// least one input is tracked. Returns out, so an operation can end with
+// `return record(out, ...)`.
+template <class Out, class... In, class... F>
+Out&& record(Out&& out, const char* what, autodiff::gradient_edge<In, F>... edges) {
+  if (!autodiff::recording() || !(edges.input->tracked() || ...)) return std::forward<Out>(out);
+  using out_t = std::decay_t<Out>;
+  auto n = autodiff::make_node(what);
+  auto add_edge = [&](auto& e) {
+    using in_t = std::remove_cvref_t<decltype(*e.input)>;
+    if (!e.input->tracked()) return;
+    n->edges.push_back({e.input->node(), [f = std::move(e.f)](const std::any& g, autodiff::node& in) {
+                          autodiff::accumulate<in_t>(in, f(std::any_cast<const out_t&>(g)));
+                        }});
+  };
+  (add_edge(edges), ...);
+  out.set_node(std::move(n));
+  return std::forward<Out>(out);
+}
+
+namespace autodiff {
+// Every node reachable from `root`, newest first. The list owns them, so the
+// pass can drop edges as it goes.
+inline std::vector<std::shared_ptr<node>> reachable(const std::shared_ptr<node>& root) {
+  std::vector<std::shared_ptr<node>> order, stack{root};
+  std::unordered_set<node*> seen{root.get()};
+  while (!stack.empty()) {
+    auto n = std::move(stack.back());
+    stack.pop_back();
+    for (auto& e : n->edges) {
+      if (seen.insert(e.input.get()).second) stack.push_back(e.input);
+    }
+    order.push_back(std::move(n));
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a->order > b->order; });
+  return order;
+}
+}  // namespace autodiff
+
+// Runs the tape backward from `loss`, seeded with d(loss)/d(loss) = 1 (or with
+// `seed`, a tensor of loss's type). Afterwards every tracked leaf that the
+// loss depends on holds its gradient in grad(), added to what it held before;
+// intermediate gradients are freed, and so is the recorded graph.
+template <class T, class S, class L, class M>
+void backward(const tensor<T, S, L, M>& loss, const tensor<T, S, L, M>* seed = nullptr) {
+  if (!loss.tracked()) {
+    throw error("backward: the loss does not depend on any tensor that requires a gradient");
+  }
+  no_grad pause;
+  tensor<T, S, L, M> one = seed ? seed->detached() : tensor<T, S, L, M>(loss.mesh(), loss.shape());
+  if (!seed) backend::fill(one.storage(), T{1});
+  auto order = autodiff::reachable(loss.node());
+  autodiff::accumulate<tensor<T, S, L, M>>(*order.front(), std::move(one));
+  for (const auto& n : order) {
+    if (n->is_leaf()) continue;
+    if (n->grad.has_value()) {
+      for (auto& e : n->edges) e.push(n->grad, *e.input);
+    }
+    n->grad.reset();
+    n->edges.clear();  // the graph is used once
+  }
+}
+
+// The gradients of `loss` with respect to xs, as a tuple (one tensor each, of
+// the x's type); the xs' own grad() is left as it was.
+template <class Loss, class... X>
+auto grad(const Loss& loss, const X&... xs) {
+  std::vector<std::any> saved;
+  ((saved.push_back(xs.tracked() ? xs.node()->grad : std::any{}), xs.tracked() ? xs.node()->grad.reset() : void()),
+   ...);
+  backward(loss);
+  auto out = std::make_tuple(xs.grad().detached()...);
+  std::size_t i = 0;
+  ((xs.node()->grad = std::move(saved[i++])), ...);
+  return out;
+}
+
+}  // namespace typemesh

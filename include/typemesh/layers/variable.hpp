@@ -1,0 +1,69 @@
+// Trainable variables: tensors that require a gradient, initialised from
+// (seed, name, global element index), so their values are the same under
+// every layout and device count.
+//
+//   auto w = typemesh::variable<layout<n(axis1)>>(mesh, "dense/w", shape<k, n>{512, 1024},
+//                                                 typemesh::init::normal{0.02});
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "typemesh/ops/random.hpp"
+#include "typemesh/tensor/tensor.hpp"
+
+namespace typemesh {
+
+namespace init {
+struct zeros {};
+struct constant {
+  double value;
+};
+struct normal {
+  double stddev = 1.0;
+  double mean = 0.0;
+};
+struct uniform {
+  double low = -1.0, high = 1.0;
+};
+// Uniform in +-sqrt(6 / (fan_in + fan_out)) (Glorot), with the fans given.
+struct glorot_uniform {
+  std::int64_t fan_in, fan_out;
+};
+using any = std::variant<zeros, constant, normal, uniform, glorot_uniform>;
+}  // namespace init
+
+// A tensor that requires a gradient, named `name`, with values from `how`.
+template <class Layout, class T = float, class S, class M>
+tensor<T, S, Layout, M> variable(const M& m, std::string_view name, const S& s, init::any how = init::zeros{},
+                                 std::uint64_t seed = 0) {
+  tensor<T, S, Layout, M> t(m, s);
+  random_stream rng({seed, name, 0});
+  auto v = t.local();
+  std::visit(
+      [&](const auto& h) {
+        using H = std::decay_t<decltype(h)>;
+        for_each_element(t, [&](std::int64_t off, std::uint64_t i) {
+          if constexpr (std::is_same_v<H, init::zeros>) {
+            (void)i, v[off] = T{0};
+          } else if constexpr (std::is_same_v<H, init::constant>) {
+            (void)i, v[off] = static_cast<T>(h.value);
+          } else if constexpr (std::is_same_v<H, init::normal>) {
+            v[off] = static_cast<T>(h.mean + h.stddev * rng.normal(i));
+          } else if constexpr (std::is_same_v<H, init::uniform>) {
+            v[off] = static_cast<T>(h.low + (h.high - h.low) * rng.uniform(i));
+          } else {
+            const double limit = std::sqrt(6.0 / static_cast<double>(h.fan_in + h.fan_out));
+            v[off] = static_cast<T>(-limit + 2 * limit * rng.uniform(i));
+          }
+        });
+      },
+      how);
+  t.requires_grad(std::string(name));
+  return t;
+}
+
+}  // namespace typemesh

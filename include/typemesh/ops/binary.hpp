@@ -1,0 +1,146 @@
+// Elementwise functions of two tensors, broadcast by dim name: the output has
+// a's dims followed by the dims of b that a lacks, each placed as the input
+// that has it places it. Dims both inputs have must sit on the same axis.
+//
+//   auto y = x + bias;        // x: [batch, n], bias: [n] -> [batch, n]
+//   auto z = typemesh::mul(gate, cell);
+//
+// Nothing is communicated forward; the gradient of a broadcast input is
+// summed over the dims it lacks, with an allreduce where such a dim is split.
+#pragma once
+
+#include <type_traits>
+
+#include "typemesh/autodiff/tape.hpp"
+#include "typemesh/backend/strided.hpp"
+#include "typemesh/core/diagnostics.hpp"
+#include "typemesh/ops/reduce.hpp"
+#include "typemesh/ops/rules.hpp"
+#include "typemesh/ops/unary.hpp"
+#include "typemesh/tensor/tensor.hpp"
+
+namespace typemesh {
+
+namespace ops_detail {
+
+template <class SA, class SB>
+using broadcast_shape = typename union_shape<SA, SB>::type;
+
+template <class MA, class MB>
+consteval bool same_mesh() {
+  return sizeof(diagnostic::different_meshes<MA, MB, !std::is_same_v<MA, MB>>);
+}
+
+template <class A, class B>
+void check_same_mesh(const char* op, const A& a, const B& b) {
+  if (!(a.mesh() == b.mesh())) {
+    throw device_error(detail::cat(op, ": operands on ", a.mesh().describe(), " and ", b.mesh().describe(),
+                                   ": same mesh type, different devices or sizes"));
+  }
+}
+
+// out = f(a, b) broadcast, as a tensor of shape Out with layout OutL.
+template <class Out, class OutL, class T, class SA, class LA, class SB, class LB, class M, class F>
+tensor<T, Out, OutL, M> broadcast_apply(const tensor<T, SA, LA, M>& a, const tensor<T, SB, LB, M>& b, const Out& s,
+                                        F f) {
+  tensor<T, Out, OutL, M> out(a.mesh(), s);
+  if (!a.holds_data()) return out;
+  if constexpr (std::is_same_v<SA, Out> && std::is_same_v<SB, Out>) {
+    backend::zip(a.storage(), b.storage(), out.storage(), f);
+  } else {
+    using U = typename shape_dims<Out>::type;
+    backend::binary(a.local().data(), local_dims_of<U>(a), b.local().data(), local_dims_of<U>(b), out.local().data(),
+                    local_dims_of<U>(out), f);
+  }
+  return out;
+}
+
+template <class Tensor>
+using canonical_t = tensor<typename Tensor::value_type, typename Tensor::shape_type,
+                           canonical<typename Tensor::shape_type, typename Tensor::layout_type>,
+                           typename Tensor::mesh_type>;
+
+// The gradient of an input x from a contribution g shaped like the output:
+// summed over the dims x lacks.
+template <class X, class G>
+auto sum_back_to(const X& x, const G& g) {
+  using S = typename X::shape_type;
+  using L = canonical<S, typename X::layout_type>;
+  if constexpr (std::is_same_v<typename G::shape_type, S>) return g.detached();
+  else return reduce_to<S, L>(g, x.shape(), reduce_op::sum);
+}
+
+// A binary op: its value f, and the contributions da(a, b, dy), db(a, b, dy)
+// to the gradients of a and b (shaped like the output, before summing).
+template <class T, class SA, class LA, class MA, class SB, class LB, class MB, class F, class DA, class DB>
+auto binary(const char* what, const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b, F f, DA da, DB db) {
+  static_assert(same_mesh<MA, MB>() && compatible<SA, LA, SB, LB>());
+  using M = MA;
+  using Out = broadcast_shape<SA, SB>;
+  using OutL = canonical<Out, typename output_layout<Out, LA, LB>::type>;
+  using out_t = tensor<T, Out, OutL, M>;
+  check_same_mesh(what, a, b);
+  check_common_sizes(what, a.shape(), b.shape());
+  const Out s = shape_from<Out>(a.shape(), b.shape());
+  out_t out = broadcast_apply<Out, OutL>(a, b, s, f);
+  if (!autodiff::recording() || !(a.tracked() || b.tracked())) return out;
+  // Each input's gradient needs the other input (and maybe itself), broadcast.
+  auto av = a.detached();
+  auto bv = b.detached();
+  return record(std::move(out), what, gradient_of(a, [av, bv, s, da](const out_t& dy) {
+                  auto ab = broadcast_apply<Out, OutL>(av, bv, s, [](T x, T) { return x; });
+                  auto bb = broadcast_apply<Out, OutL>(av, bv, s, [](T, T y) { return y; });
+                  out_t g(dy.mesh(), s);
+                  auto gv = g.local();
+                  auto x = ab.local(), y = bb.local(), d = dy.local();
+                  for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = da(x[i], y[i], d[i]);
+                  return sum_back_to(av, g);
+                }),
+                gradient_of(b, [av, bv, s, db](const out_t& dy) {
+                  auto ab = broadcast_apply<Out, OutL>(av, bv, s, [](T x, T) { return x; });
+                  auto bb = broadcast_apply<Out, OutL>(av, bv, s, [](T, T y) { return y; });
+                  out_t g(dy.mesh(), s);
+                  auto gv = g.local();
+                  auto x = ab.local(), y = bb.local(), d = dy.local();
+                  for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = db(x[i], y[i], d[i]);
+                  return sum_back_to(bv, g);
+                }));
+}
+
+}  // namespace ops_detail
+
+#define TYPEMESH_BINARY(NAME, F, DA, DB)                                                                        \
+  template <class T, class SA, class LA, class MA, class SB, class LB, class MB>                                \
+  auto NAME(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {                                   \
+    return ops_detail::binary(                                                                                  \
+        #NAME, a, b, [](T x, T y) -> T { return F; }, [](T x, T y, T d) -> T { return DA; },                    \
+        [](T x, T y, T d) -> T { return DB; });                                                                 \
+  }
+
+// Each line: the value of x op y, and the contributions d * df/dx and d * df/dy.
+TYPEMESH_BINARY(add, x + y, ((void)x, (void)y, d), ((void)x, (void)y, d))
+TYPEMESH_BINARY(sub, x - y, ((void)x, (void)y, d), ((void)x, (void)y, -d))
+TYPEMESH_BINARY(mul, x* y, ((void)x, d * y), ((void)y, d * x))
+TYPEMESH_BINARY(div, x / y, ((void)x, d / y), -d * x / (y * y))
+TYPEMESH_BINARY(maximum, x < y ? y : x, x < y ? T{0} : d, x < y ? d : T{0})
+TYPEMESH_BINARY(minimum, y < x ? y : x, y < x ? T{0} : d, y < x ? d : T{0})
+#undef TYPEMESH_BINARY
+
+template <class T, class SA, class LA, class MA, class SB, class LB, class MB>
+auto operator+(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
+  return add(a, b);
+}
+template <class T, class SA, class LA, class MA, class SB, class LB, class MB>
+auto operator-(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
+  return sub(a, b);
+}
+template <class T, class SA, class LA, class MA, class SB, class LB, class MB>
+auto operator*(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
+  return mul(a, b);
+}
+template <class T, class SA, class LA, class MA, class SB, class LB, class MB>
+auto operator/(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
+  return div(a, b);
+}
+
+}  // namespace typemesh

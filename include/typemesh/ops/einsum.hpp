@@ -1,0 +1,82 @@
+// einsum over named dims: the output keeps the dims it names, every other dim
+// of the inputs is summed.
+//
+//   auto y = typemesh::einsum<batch, n>(x, w);   // x: [batch, k], w: [k, n]
+//
+// The output's layout comes from the inputs (see ops/rules.hpp). When a
+// summed dim is split over axis A, each device computes a partial sum over
+// its part and the partial sums are allreduced over A. The local product runs
+// as a batch of GEMMs through BLAS whenever the dims allow.
+#pragma once
+
+#include <type_traits>
+
+#include "typemesh/autodiff/tape.hpp"
+#include "typemesh/backend/contract.hpp"
+#include "typemesh/ops/binary.hpp"
+#include "typemesh/ops/rules.hpp"
+#include "typemesh/tensor/tensor.hpp"
+
+namespace typemesh {
+
+namespace ops_detail {
+
+template <class Out, class OutL, class SA, class LA, class SB, class LB>
+consteval bool check_contraction() {
+  // Dims of Out that no input has are broadcast (gradients of summed dims).
+  bool ok = compatible<SA, LA, SB, LB>();
+  // The output places the dims it shares with an input as that input does.
+  [&]<class... Ds>(type_list<Ds...>) {
+    auto one = [&]<class D>() {
+      if constexpr (SA::template has<D>) ok = ok && same_axis<D, LA, OutL>();
+      else if constexpr (SB::template has<D>) ok = ok && same_axis<D, LB, OutL>();
+    };
+    (one.template operator()<Ds>(), ...);
+  }(typename shape_dims<Out>::type{});
+  return ok;
+}
+
+// a * b summed to shape Out with layout OutL; out_shape gives Out's sizes.
+template <class Out, class OutL, class T, class SA, class LA, class SB, class LB, class M>
+tensor<T, Out, OutL, M> contract_to(const tensor<T, SA, LA, M>& a, const tensor<T, SB, LB, M>& b,
+                                    const Out& out_shape) {
+  static_assert(check_contraction<Out, OutL, SA, LA, SB, LB>());
+  constexpr auto axes = either(summed_axes<SA, LA, Out, M>(), summed_axes<SB, LB, Out, M>());
+  tensor<T, Out, OutL, M> out(a.mesh(), out_shape);
+  if (!a.holds_data()) return out;
+  using U = typename shape_dims<typename union_shape<typename union_shape<Out, SA>::type, SB>::type>::type;
+  backend::contract(a.local().data(), local_dims_of<U>(a), b.local().data(), local_dims_of<U>(b), out.local().data(),
+                    local_dims_of<U>(out));
+  if constexpr (any(axes)) {
+    this_device().allreduce(a.mesh().group_along(a.device(), axes), out.local());
+  }
+  return out;
+}
+
+}  // namespace ops_detail
+
+// The product of a and b summed over every dim that OutDims leaves out.
+template <class... OutDims, class T, class SA, class LA, class MA, class SB, class LB, class MB>
+auto einsum(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
+  static_assert(ops_detail::same_mesh<MA, MB>());
+  using M = MA;
+  using Out = shape<OutDims...>;
+  static_assert(ops_detail::dims_come_from<Out, SA, SB>::value);
+  using OutL = canonical<Out, typename ops_detail::output_layout<Out, LA, LB>::type>;
+  using out_t = tensor<T, Out, OutL, M>;
+  ops_detail::check_same_mesh("einsum", a, b);
+  ops_detail::check_common_sizes("einsum", a.shape(), b.shape());
+  const Out s = ops_detail::shape_from<Out>(a.shape(), b.shape());
+  out_t out = ops_detail::contract_to<Out, OutL>(a, b, s);
+  if (!autodiff::recording() || !(a.tracked() || b.tracked())) return out;
+  using LAc = canonical<SA, LA>;
+  using LBc = canonical<SB, LB>;
+  return record(std::move(out), "einsum", gradient_of(a, [bv = b.detached(), sa = a.shape()](const out_t& dy) {
+                  return ops_detail::contract_to<SA, LAc>(dy, bv, sa);
+                }),
+                gradient_of(b, [av = a.detached(), sb = b.shape()](const out_t& dy) {
+                  return ops_detail::contract_to<SB, LBc>(av, dy, sb);
+                }));
+}
+
+}  // namespace typemesh

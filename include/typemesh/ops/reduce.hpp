@@ -1,0 +1,135 @@
+// Reductions over named dims, and their dual, broadcasting.
+//
+//   auto s = typemesh::reduce_sum<k>(x);     // x without k; allreduce where k was split
+//   auto m = typemesh::reduce_mean(x);       // every dim: a scalar on every device
+//   auto b = typemesh::broadcast_to<shape<batch, k>, layout<batch(axis0)>>(v, s);
+//
+// A reduced dim that was split over axis A leaves one partial result per
+// device along A: those are allreduced, so the output is replicated along A.
+#pragma once
+
+#include <limits>
+#include <type_traits>
+
+#include "typemesh/autodiff/tape.hpp"
+#include "typemesh/backend/strided.hpp"
+#include "typemesh/ops/rules.hpp"
+#include "typemesh/tensor/tensor.hpp"
+
+namespace typemesh {
+
+namespace ops_detail {
+
+template <class T>
+struct max_of {
+  T operator()(T a, T b) const { return a < b ? b : a; }
+};
+
+// x reduced to shape Out (any subset of x's dims, in any order) with layout
+// OutL, which must place Out's dims as x does.
+template <class Out, class OutL, class T, class S, class L, class M>
+tensor<T, Out, OutL, M> reduce_to(const tensor<T, S, L, M>& x, const Out& out_shape, reduce_op op) {
+  static_assert(std::is_same_v<canonical<Out, OutL>, canonical<Out, typename output_layout<Out, L>::type>>,
+                "typemesh: internal: reduce_to's layout must place the kept dims as the input does");
+  tensor<T, Out, OutL, M> out(x.mesh(), out_shape);
+  if (!x.holds_data()) return out;
+  using U = typename shape_dims<S>::type;
+  const auto xd = local_dims_of<U>(x), od = local_dims_of<U>(out);
+  if (op == reduce_op::sum) {
+    backend::reduce(x.local().data(), xd, out.local().data(), od, T{0}, std::plus<T>());
+  } else {
+    backend::reduce(x.local().data(), xd, out.local().data(), od, std::numeric_limits<T>::lowest(), max_of<T>{});
+  }
+  constexpr auto axes = summed_axes<S, L, Out, M>();
+  if constexpr (any(axes)) {
+    this_device().allreduce(x.mesh().group_along(x.device(), axes), out.local(), op);
+  }
+  return out;
+}
+
+// x repeated along the dims of Out it lacks (Out has all of x's dims, in any
+// order). OutL places x's dims as x does; a dim x lacks may be split, and
+// each device fills its own slice.
+template <class Out, class OutL, class T, class S, class L, class M>
+tensor<T, Out, OutL, M> broadcast_to(const tensor<T, S, L, M>& x, const Out& out_shape) {
+  tensor<T, Out, OutL, M> out(x.mesh(), out_shape);
+  if (!x.holds_data()) return out;
+  using U = typename shape_dims<Out>::type;
+  backend::broadcast(x.local().data(), local_dims_of<U>(x), out.local().data(), local_dims_of<U>(out));
+  return out;
+}
+
+template <class S, class... Ds>
+using reduced_shape = std::conditional_t<sizeof...(Ds) == 0, shape<>, typename shape_without<S, Ds...>::type>;
+
+template <class S, class... Ds>
+reduced_shape<S, Ds...> reduced_sizes(const S& s) {
+  using Out = reduced_shape<S, Ds...>;
+  return [&]<class... Keep>(type_list<Keep...>) {
+    if constexpr (sizeof...(Keep) == 0) return Out{};
+    else return Out{s.template size<Keep>()...};
+  }(typename shape_dims<Out>::type{});
+}
+
+template <class S, class... Ds>
+consteval bool check_dims_in(type_list<Ds...>) {
+  return (sizeof(diagnostic::dim_not_in_shape<Ds, S, !S::template has<Ds>>) && ...);
+}
+
+}  // namespace ops_detail
+
+// Broadcasts x to the shape and layout of `like` (whose dims include x's).
+template <class Out, class OutL, class T, class S, class L, class M>
+tensor<T, Out, canonical<Out, OutL>, M> broadcast_to(const tensor<T, S, L, M>& x, const Out& out_shape) {
+  static_assert(ops_detail::check_dims_in<Out>(typename ops_detail::shape_dims<S>::type{}));
+  static_assert(ops_detail::compatible<S, L, Out, OutL>());
+  using out_t = tensor<T, Out, canonical<Out, OutL>, M>;
+  out_t out = ops_detail::broadcast_to<Out, canonical<Out, OutL>>(x, out_shape);
+  return record(std::move(out), "broadcast", gradient_of(x, [s = x.shape()](const out_t& dy) {
+                  return ops_detail::reduce_to<S, canonical<S, L>>(dy, s, reduce_op::sum);
+                }));
+}
+
+// The sum over dims Ds (every dim when none are named).
+template <class... Ds, class T, class S, class L, class M>
+auto reduce_sum(const tensor<T, S, L, M>& x) {
+  static_assert(ops_detail::check_dims_in<S>(type_list<Ds...>{}));
+  using Out = ops_detail::reduced_shape<S, Ds...>;
+  using OutL = canonical<Out, L>;
+  using out_t = tensor<T, Out, OutL, M>;
+  out_t out = ops_detail::reduce_to<Out, OutL>(x, ops_detail::reduced_sizes<S, Ds...>(x.shape()), reduce_op::sum);
+  return record(std::move(out), "reduce_sum", gradient_of(x, [s = x.shape()](const out_t& dy) {
+                  return ops_detail::broadcast_to<S, canonical<S, L>>(dy, s);
+                }));
+}
+
+// The mean over dims Ds (every dim when none are named).
+template <class... Ds, class T, class S, class L, class M>
+auto reduce_mean(const tensor<T, S, L, M>& x) {
+  auto total = reduce_sum<Ds...>(x);
+  const auto kept = total.shape().elements();
+  const T count = static_cast<T>(x.shape().elements() / (kept ? kept : 1));
+  return scale(total, T{1} / count);
+}
+
+// The maximum over dims Ds (every dim when none are named). The gradient
+// goes to every element equal to the maximum.
+template <class... Ds, class T, class S, class L, class M>
+auto reduce_max(const tensor<T, S, L, M>& x) {
+  static_assert(ops_detail::check_dims_in<S>(type_list<Ds...>{}));
+  using Out = ops_detail::reduced_shape<S, Ds...>;
+  using OutL = canonical<Out, L>;
+  using out_t = tensor<T, Out, OutL, M>;
+  out_t out = ops_detail::reduce_to<Out, OutL>(x, ops_detail::reduced_sizes<S, Ds...>(x.shape()), reduce_op::max);
+  return record(std::move(out), "reduce_max", gradient_of(x, [xv = x.detached(), y = out.detached()](const out_t& dy) {
+                  using in_t = tensor<T, S, canonical<S, L>, M>;
+                  in_t ym = ops_detail::broadcast_to<S, canonical<S, L>>(y, xv.shape());
+                  in_t g = ops_detail::broadcast_to<S, canonical<S, L>>(dy, xv.shape());
+                  auto gv = g.local();
+                  auto xs = xv.local(), ys = ym.local();
+                  for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = xs[i] == ys[i] ? gv[i] : T{0};
+                  return g;
+                }));
+}
+
+}  // namespace typemesh

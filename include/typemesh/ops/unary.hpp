@@ -1,0 +1,134 @@
+// Elementwise functions of one tensor, with their gradients. The output has
+// the input's shape and layout; nothing is communicated.
+//
+//   auto h = typemesh::relu(x);
+//   auto s = typemesh::scale(x, 0.5f);      // also x * 0.5f, 0.5f * x, x + 1.0f
+#pragma once
+
+#include <cmath>
+#include <type_traits>
+
+#include "typemesh/autodiff/tape.hpp"
+#include "typemesh/backend/kernels.hpp"
+#include "typemesh/tensor/tensor.hpp"
+
+namespace typemesh {
+
+namespace ops_detail {
+
+// out[i] = f(x[i]).
+template <class U, class T, class S, class L, class M, class F>
+tensor<U, S, L, M> apply(const tensor<T, S, L, M>& x, F f) {
+  tensor<U, S, L, M> out(x.mesh(), x.shape());
+  backend::map(x.storage(), out.storage(), f);
+  return out;
+}
+
+// out[i] = f(a[i], b[i]) for tensors of one type.
+template <class Tensor, class F>
+Tensor apply2(const Tensor& a, const Tensor& b, F f) {
+  Tensor out(a.mesh(), a.shape());
+  backend::zip(a.storage(), b.storage(), out.storage(), f);
+  return out;
+}
+
+// A unary function y = f(x) whose derivative is d(x, y). Recording keeps x
+// and y for the gradient dy * d(x, y).
+template <class T, class S, class L, class M, class F, class D>
+tensor<T, S, L, M> unary(const char* what, const tensor<T, S, L, M>& x, F f, D d) {
+  using t = tensor<T, S, L, M>;
+  t y = apply<T>(x, f);
+  if (!autodiff::recording() || !x.tracked()) return y;
+  return record(std::move(y), what, gradient_of(x, [xv = x.detached(), yv = y.detached(), d](const t& dy) {
+                  t dx(xv.mesh(), xv.shape());
+                  auto g = dx.local();
+                  auto xs = xv.local(), ys = yv.local(), ds = dy.local();
+                  for (std::size_t i = 0; i < g.size(); ++i) g[i] = ds[i] * d(xs[i], ys[i]);
+                  return dx;
+                }));
+}
+
+}  // namespace ops_detail
+
+#define TYPEMESH_UNARY(NAME, F, D)                                                              \
+  template <class T, class S, class L, class M>                                                 \
+  tensor<T, S, L, M> NAME(const tensor<T, S, L, M>& x) {                                        \
+    return ops_detail::unary(#NAME, x, [](T v) -> T { return F; }, []([[maybe_unused]] T v, [[maybe_unused]] T y) -> T { return D; }); \
+  }
+
+// Each line: the function of v, and its derivative in terms of v and y = f(v).
+TYPEMESH_UNARY(relu, v > T{0} ? v : T{0}, v > T{0} ? T{1} : T{0})
+TYPEMESH_UNARY(sigmoid, T{1} / (T{1} + std::exp(-v)), y*(T{1} - y))
+TYPEMESH_UNARY(tanh, std::tanh(v), T{1} - y * y)
+TYPEMESH_UNARY(exp, std::exp(v), y)
+TYPEMESH_UNARY(log, std::log(v), T{1} / v)
+TYPEMESH_UNARY(sqrt, std::sqrt(v), T{0.5} / y)
+TYPEMESH_UNARY(rsqrt, T{1} / std::sqrt(v), T{-0.5} * y * y * y)
+TYPEMESH_UNARY(square, v* v, T{2} * v)
+TYPEMESH_UNARY(negative, -v, T{-1})
+TYPEMESH_UNARY(abs, v < T{0} ? -v : v, v < T{0} ? T{-1} : T{1})
+#undef TYPEMESH_UNARY
+
+// x * factor.
+template <class T, class S, class L, class M>
+tensor<T, S, L, M> scale(const tensor<T, S, L, M>& x, std::type_identity_t<T> factor) {
+  using t = tensor<T, S, L, M>;
+  t y = ops_detail::apply<T>(x, [factor](T v) { return v * factor; });
+  return record(std::move(y), "scale",
+                gradient_of(x, [factor](const t& dy) { return ops_detail::apply<T>(dy, [factor](T v) { return v * factor; }); }));
+}
+
+// x + c.
+template <class T, class S, class L, class M>
+tensor<T, S, L, M> shift(const tensor<T, S, L, M>& x, std::type_identity_t<T> c) {
+  using t = tensor<T, S, L, M>;
+  t y = ops_detail::apply<T>(x, [c](T v) { return v + c; });
+  return record(std::move(y), "shift", gradient_of(x, [](const t& dy) { return dy.detached(); }));
+}
+
+// The same values as another element type (no gradient flows through).
+template <class U, class T, class S, class L, class M>
+tensor<U, S, L, M> cast(const tensor<T, S, L, M>& x) {
+  return ops_detail::apply<U>(x, [](T v) { return static_cast<U>(v); });
+}
+
+// The same values, with no gradient flowing back (stop_gradient).
+template <class T, class S, class L, class M>
+tensor<T, S, L, M> stop_gradient(const tensor<T, S, L, M>& x) {
+  return x.detached();
+}
+
+template <class T, class S, class L, class M>
+tensor<T, S, L, M> operator*(const tensor<T, S, L, M>& x, std::type_identity_t<T> c) {
+  return scale(x, c);
+}
+template <class T, class S, class L, class M>
+tensor<T, S, L, M> operator*(std::type_identity_t<T> c, const tensor<T, S, L, M>& x) {
+  return scale(x, c);
+}
+template <class T, class S, class L, class M>
+tensor<T, S, L, M> operator+(const tensor<T, S, L, M>& x, std::type_identity_t<T> c) {
+  return shift(x, c);
+}
+template <class T, class S, class L, class M>
+tensor<T, S, L, M> operator-(const tensor<T, S, L, M>& x, std::type_identity_t<T> c) {
+  return shift(x, -c);
+}
+template <class T, class S, class L, class M>
+tensor<T, S, L, M> operator-(const tensor<T, S, L, M>& x) {
+  return negative(x);
+}
+
+// A tensor of the given shape on a mesh, every element `value`.
+template <class Layout, class T = float, class S, class M>
+tensor<T, S, Layout, M> constant(const M& m, const S& s, T value) {
+  tensor<T, S, Layout, M> t(m, s);
+  backend::fill(t.storage(), value);
+  return t;
+}
+template <class Layout, class T = float, class S, class M>
+tensor<T, S, Layout, M> zeros(const M& m, const S& s) {
+  return tensor<T, S, Layout, M>(m, s);
+}
+
+}  // namespace typemesh

@@ -1,0 +1,334 @@
+// Operations and autodiff: every op's values and gradients under several
+// layouts equal the one-device run, and the one-device gradients equal
+// finite differences (tests/grad_check.hpp). Also: collectives' gradients,
+// gradients across a mesh replacement, variables' layout-independent
+// initialisation, and a few SGD/Adam steps identical under every layout.
+#include <cmath>
+#include <numeric>
+
+#include "grad_check.hpp"
+
+namespace {
+using namespace tt;
+using typemesh::import_tensor;
+using typemesh::layout;
+using typemesh::shape;
+
+using M2 = typemesh::mesh<"ops", a0, a1>;
+struct d3 : typemesh::dim<"d3"> {};
+using S01 = shape<d0, d1>;
+using S12 = shape<d1, d2>;
+using S02 = shape<d0, d2>;
+
+// loss = sum(y * c) for a fixed c placed like y: d loss / d y = c.
+template <class Y>
+auto weighted_sum(const Y& y, unsigned seed = 99) {
+  using S = typename Y::shape_type;
+  auto c = import_tensor<typename Y::layout_type>(
+      y.mesh(), host(y.shape(), random_values(static_cast<std::size_t>(y.shape().elements()), seed)));
+  return typemesh::reduce_sum(y * c);
+  (void)sizeof(S);
+}
+
+// --- einsum ---------------------------------------------------------------------
+
+struct matmul_case {
+  template <class LX, class LW, class M>
+  outcome operator()(const M& m, const std::vector<values>& in) const {
+    auto x = import_tensor<LX>(m, host(S01{8, 12}, in[0]));
+    auto w = import_tensor<LW>(m, host(S12{12, 4}, in[1]));
+    x.requires_grad("x"), w.requires_grad("w");
+    auto y = typemesh::einsum<d0, d2>(x, w);
+    return finish(weighted_sum(y), x, w);
+  }
+};
+
+TEST(Einsum, MatmulUnderLayouts) {
+  const std::vector<values> in{random_values(96, 1), random_values(48, 2)};
+  matmul_case c;
+  check_layouts<M2, layout<d0(a0)>, layout<>>("batch split", {4, 1}, in, c);
+  check_layouts<M2, layout<d1(a1)>, layout<d1(a1)>>("contracted dim split", {1, 4}, in, c);
+  check_layouts<M2, layout<d0(a0)>, layout<d2(a1)>>("batch and output split", {2, 2}, in, c);
+  check_layouts<M2, layout<d0(a0), d1(a1)>, layout<d1(a1)>>("batch and contracted split", {2, 4}, in, c);
+}
+
+TEST(Einsum, ContractedSplitIsAllreducedAndCounted) {
+  // x[d0, d1(a1)] . w[d1(a1), d2] on 4 devices: partial sums allreduced.
+  const auto xs = random_values(8 * 12, 3), ws = random_values(12 * 4, 4);
+  typemesh::launch(4, [&](typemesh::device& dev) {
+    M2 m({1, 4});
+    auto x = import_tensor<layout<d1(a1)>>(m, host(S01{8, 12}, xs));
+    auto w = import_tensor<layout<d1(a1)>>(m, host(S12{12, 4}, ws));
+    auto y = typemesh::einsum<d0, d2>(x, w);
+    static_assert(std::is_same_v<decltype(y)::layout_type, layout<>>);
+    auto whole = typemesh::export_tensor(y);
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 4; ++j) {
+        double want = 0;
+        for (int k = 0; k < 12; ++k) want += xs[i * 12 + k] * ws[k * 4 + j];
+        EXPECT_NEAR((whole[{i, j}]), want, 1e-12);
+      }
+    EXPECT_EQ(dev.traffic()[typemesh::op_kind::allreduce].calls, 1u);
+  });
+}
+
+struct transposed_case {  // operands in orders that need packing: x[d1, d0], w[d2, d1] -> y[d2, d0]
+  template <class LX, class LW, class M>
+  outcome operator()(const M& m, const std::vector<values>& in) const {
+    auto x = import_tensor<LX>(m, host(shape<d1, d0>{6, 4}, in[0]));
+    auto w = import_tensor<LW>(m, host(shape<d2, d1>{5, 6}, in[1]));
+    x.requires_grad("x"), w.requires_grad("w");
+    return finish(weighted_sum(typemesh::einsum<d2, d0>(x, w)), x, w);
+  }
+};
+
+TEST(Einsum, AnyDimOrder) {
+  const std::vector<values> in{random_values(24, 5), random_values(30, 6)};
+  transposed_case c;
+  check_layouts<M2, layout<d0(a0)>, layout<>>("batch split", {2, 1}, in, c);
+  check_layouts<M2, layout<d1(a1)>, layout<d1(a1)>>("contracted split", {1, 2}, in, c);
+  check_layouts<M2, layout<d0(a1)>, layout<d2(a0)>>("both outputs split", {5, 2}, in, c);
+}
+
+struct outer_and_sum_case {  // a summed dim only one input has, and an outer product
+  template <class LX, class LW, class M>
+  outcome operator()(const M& m, const std::vector<values>& in) const {
+    auto x = import_tensor<LX>(m, host(S01{4, 6}, in[0]));
+    auto w = import_tensor<LW>(m, host(shape<d2>{3}, in[1]));
+    x.requires_grad("x"), w.requires_grad("w");
+    return finish(weighted_sum(typemesh::einsum<d0, d2>(x, w)), x, w);
+  }
+};
+
+TEST(Einsum, SummedDimInOneInput) {
+  const std::vector<values> in{random_values(24, 7), random_values(3, 8)};
+  outer_and_sum_case c;
+  check_layouts<M2, layout<>, layout<>>("replicated", {2, 2}, in, c);
+  check_layouts<M2, layout<d1(a1)>, layout<>>("summed dim split", {1, 3}, in, c);
+  check_layouts<M2, layout<d0(a0)>, layout<d2(a1)>>("both output dims split", {2, 3}, in, c);
+}
+
+// --- Elementwise ----------------------------------------------------------------
+
+struct broadcast_case {
+  template <class LX, class LB, class M>
+  outcome operator()(const M& m, const std::vector<values>& in) const {
+    auto x = import_tensor<LX>(m, host(S01{4, 6}, in[0]));
+    auto b = import_tensor<LB>(m, host(shape<d1>{6}, in[1]));
+    x.requires_grad("x"), b.requires_grad("b");
+    auto y = (x + b) * x - b / (x * x + 2.0);
+    auto z = typemesh::maximum(y, b) + typemesh::minimum(x, b);
+    return finish(weighted_sum(z), x, b);
+  }
+};
+
+TEST(Elementwise, BroadcastByDimName) {
+  const std::vector<values> in{random_values(24, 9), random_values(6, 10)};
+  broadcast_case c;
+  check_layouts<M2, layout<d0(a0)>, layout<>>("broadcast dim split", {4, 1}, in, c);
+  check_layouts<M2, layout<d1(a1)>, layout<d1(a1)>>("shared dim split", {1, 3}, in, c);
+  check_layouts<M2, layout<d0(a0), d1(a1)>, layout<d1(a1)>>("both", {2, 2}, in, c);
+}
+
+struct unary_case {
+  template <class LX, class M>
+  outcome operator()(const M& m, const std::vector<values>& in) const {
+    auto x = import_tensor<LX>(m, host(S01{4, 6}, in[0]));
+    x.requires_grad("x");
+    auto p = typemesh::exp(x);  // positive
+    auto y = typemesh::relu(x) + typemesh::sigmoid(x) + typemesh::tanh(x) + typemesh::log(p + 1.0) +
+             typemesh::sqrt(p) + typemesh::rsqrt(p) + typemesh::square(x) * 0.5 - typemesh::abs(x) + (-x);
+    return finish(weighted_sum(y), x);
+  }
+};
+
+TEST(Elementwise, UnaryFunctions) {
+  const std::vector<values> in{random_values(24, 11)};
+  unary_case c;
+  check_layouts<M2, layout<d0(a0)>>("d0 split", {2, 1}, in, c);
+  check_layouts<M2, layout<d1(a1)>>("d1 split", {1, 3}, in, c);
+  check_layouts<M2, layout<d0(a1), d1(a0)>>("both split", {2, 4}, in, c);
+}
+
+// --- Reductions -----------------------------------------------------------------
+
+struct reduce_case {
+  template <class LX, class M>
+  outcome operator()(const M& m, const std::vector<values>& in) const {
+    auto x = import_tensor<LX>(m, host(shape<d0, d1, d2>{4, 6, 2}, in[0]));
+    x.requires_grad("x");
+    auto s = typemesh::reduce_sum<d1>(x);                    // [d0, d2]
+    auto mx = typemesh::reduce_max<d0>(x);                   // [d1, d2]
+    auto mean = typemesh::reduce_mean<d0, d2>(x);            // [d1]
+    auto loss = weighted_sum(s) + weighted_sum(mx, 5) + weighted_sum(mean, 6) + typemesh::reduce_mean(x);
+    return finish(loss, x);
+  }
+};
+
+TEST(Reduce, SumMeanMaxOverSplitDims) {
+  const std::vector<values> in{random_values(48, 12)};
+  reduce_case c;
+  check_layouts<M2, layout<d1(a0)>>("reduced dim split", {3, 1}, in, c);
+  check_layouts<M2, layout<d0(a0), d2(a1)>>("kept and reduced split", {2, 2}, in, c);
+  check_layouts<M2, layout<d1(a1), d0(a0)>>("both reduced dims split", {4, 2}, in, c);
+}
+
+// --- Collectives and conversions ------------------------------------------------
+
+struct collectives_case {  // x: [d0 on a1, d1 whole]
+  template <class LX, class M>
+  outcome operator()(const M& m, const std::vector<values>& in) const {
+    auto x = import_tensor<LX>(m, host(S01{4, 6}, in[0]));
+    x.requires_grad("x");
+    auto whole = typemesh::allconcat<d0>(x);             // allgather; gradient: allsplit
+    auto moved = typemesh::alltoall<d0, d1>(x);          // d1 on a1; gradient: the alltoall back
+    auto back = typemesh::relayout<LX>(moved);           // an alltoall again
+    auto split = typemesh::allsplit<d1, a0>(whole);      // no traffic; gradient: allconcat
+    auto loss = weighted_sum(typemesh::square(whole)) + weighted_sum(back * back, 3) + weighted_sum(split, 4) +
+                weighted_sum(moved, 5);
+    return finish(loss, x);
+  }
+};
+
+TEST(Collectives, GradientsAreTheDuals) {
+  const std::vector<values> in{random_values(24, 13)};
+  collectives_case c;
+  check_layouts<M2, layout<d0(a1)>>("d0 on a1", {3, 2}, in, c);
+  check_layouts<M2, layout<d0(a1)>>("d0 on a1, one replica", {1, 2}, in, c);
+}
+
+// allreduce takes partial sums (one per device along the axis) to their sum:
+// each partial's gradient is the sum's. reduce_scatter's is an allgather.
+TEST(Collectives, AllreduceAndReduceScatterGradients) {
+  const auto xs = random_values(24, 16), cs = random_values(24, 17);
+  typemesh::launch(3, [&] {
+    M2 m({3, 1});
+    auto x = import_tensor<layout<>>(m, host(S01{6, 4}, xs));
+    auto c = import_tensor<layout<>>(m, host(S01{6, 4}, cs));
+    x.requires_grad("x");
+    auto loss = typemesh::reduce_sum(typemesh::allreduce<a0>(x) * c);
+    typemesh::backward(loss);
+    expect_close(typemesh::export_tensor(x.grad()).values(), cs, 0, "allreduce gradient");
+    x.zero_grad();
+    auto scattered = typemesh::reduce_scatter<d0, a0>(x);
+    auto c_split = import_tensor<layout<d0(a0)>>(m, host(S01{6, 4}, cs));
+    typemesh::backward(typemesh::reduce_sum(scattered * c_split));
+    expect_close(typemesh::export_tensor(x.grad()).values(), cs, 0, "reduce_scatter gradient");
+  });
+}
+
+using lstm0_mesh = typemesh::mesh<"stage0", a0, a1>;
+using lstm1_mesh = typemesh::mesh<"stage1", a0, a1>;
+
+// A tensor moved between meshes: its gradient is the reverse move.
+TEST(Conversions, ReplaceMeshGradientIsTheReverseMove) {
+  const auto xs = random_values(8 * 6, 14), ws = random_values(6 * 4, 15);
+  auto run = [&](int devices, std::array<int, 2> s0, std::array<int, 2> s1, bool disjoint) {
+    return typemesh::launch(devices, [&](typemesh::device& dev) {
+      const int half = disjoint ? devices / 2 : devices;
+      std::vector<int> first(half), second(half);
+      std::iota(first.begin(), first.end(), 0);
+      std::iota(second.begin(), second.end(), disjoint ? half : 0);
+      lstm0_mesh m0(s0, first);
+      lstm1_mesh m1(s1, second);
+      auto x = import_tensor<layout<d0(a0)>>(m0, host(S01{8, 6}, xs));
+      auto w = import_tensor<layout<d1(a1)>>(m1, host(S12{6, 4}, ws));
+      x.requires_grad("x"), w.requires_grad("w");
+      auto h = typemesh::tanh(x);
+      auto moved = typemesh::replace_mesh<layout<d1(a1)>>(h, m1);
+      auto loss = weighted_sum(typemesh::einsum<d0, d2>(moved, w));
+      typemesh::backward(loss);
+      auto gx = typemesh::export_tensor(x.grad());
+      auto gw = typemesh::export_tensor(w.grad());
+      (void)dev;
+      return std::make_pair(gx.values(), gw.values());
+    });
+  };
+  auto ref = run(1, {1, 1}, {1, 1}, false);
+  auto got = run(8, {4, 1}, {2, 2}, true);
+  // Device 0 holds x (first mesh), device 4 holds w (second mesh).
+  expect_close(got[0].first, ref[0].first, 1e-12, "x gradient across meshes");
+  expect_close(got[4].second, ref[0].second, 1e-12, "w gradient across meshes");
+}
+
+// --- Variables and optimizers ---------------------------------------------------
+
+TEST(Variables, InitialisationIsLayoutIndependent) {
+  auto values_under = [](auto layout_tag, std::array<int, 2> sizes) {
+    using L = decltype(layout_tag);
+    return typemesh::launch(sizes[0] * sizes[1], [&] {
+      M2 m(sizes);
+      auto w = typemesh::variable<L>(m, "w", S01{8, 6}, typemesh::init::normal{0.5}, 42);
+      return typemesh::export_tensor(w).values();
+    })[0];
+  };
+  const auto one = values_under(layout<>{}, {1, 1});
+  EXPECT_EQ(values_under(layout<d0(a0)>{}, {4, 1}), one);
+  EXPECT_EQ(values_under(layout<d1(a1), d0(a0)>{}, {2, 3}), one);
+  double mean = 0, sq = 0;
+  for (float v : one) mean += v, sq += double(v) * v;
+  mean /= one.size();
+  EXPECT_LT(std::abs(mean), 0.25);
+  EXPECT_NEAR(std::sqrt(sq / one.size()), 0.5, 0.2);
+  // Another name or seed gives other values.
+  auto other = typemesh::launch(1, [] {
+    M2 m({1, 1});
+    return typemesh::export_tensor(typemesh::variable<layout<>>(m, "v", S01{8, 6}, typemesh::init::normal{0.5}, 42))
+        .values();
+  })[0];
+  EXPECT_NE(other, one);
+}
+
+// A few training steps of a two-layer network: the same losses under every
+// layout as on one device.
+template <class L1, class L2, class Opt>
+std::vector<double> train(std::array<int, 2> sizes, Opt opt) {
+  const auto xs = random_values(8 * 6, 20), ts = random_values(8 * 4, 21);
+  return typemesh::launch(sizes[0] * sizes[1], [&] {
+    M2 m(sizes);
+    Opt o = opt;
+    auto w1 = typemesh::variable<L1, double>(m, "w1", S12{6, 10}, typemesh::init::glorot_uniform{6, 10}, 1);
+    auto b1 = typemesh::variable<typename L1::template without<d1>, double>(m, "b1", shape<d2>{10});
+    auto w2 = typemesh::variable<L2, double>(m, "w2", shape<d2, d3>{10, 4}, typemesh::init::normal{0.3}, 1);
+    std::vector<double> losses;
+    for (int step = 0; step < 4; ++step) {
+      auto x = import_tensor<layout<d0(a0)>>(m, host(S01{8, 6}, xs));
+      auto h = typemesh::relu(typemesh::einsum<d0, d2>(x, w1) + b1);
+      auto y = typemesh::einsum<d0, d3>(h, w2);
+      auto t = import_tensor<typename decltype(y)::layout_type>(m, host(y.shape(), ts));
+      auto loss = typemesh::reduce_mean(typemesh::square(y - t));
+      losses.push_back(typemesh::export_tensor(loss.detached()).values()[0]);
+      typemesh::backward(loss);
+      o.step(w1, b1, w2);
+    }
+    return losses;
+  })[0];
+}
+
+TEST(Optimizers, SgdAndAdamStepsMatchOneDevice) {
+  using LW1 = layout<d2(a1)>;  // hidden units split: no allreduce in layer 1
+  using LW2 = layout<d2(a1)>;  // contracted dim split: allreduce in layer 2
+  for (int which = 0; which < 2; ++which) {
+    auto run = [&](std::array<int, 2> sizes) {
+      return which == 0 ? train<LW1, LW2>(sizes, typemesh::optim::sgd(0.1))
+                        : train<LW1, LW2>(sizes, typemesh::optim::adam(0.01));
+    };
+    const auto ref = run({1, 1});
+    expect_close(run({2, 2}), ref, 1e-10, which == 0 ? "sgd" : "adam");
+    expect_close(run({4, 1}), ref, 1e-10, which == 0 ? "sgd, data parallel" : "adam, data parallel");
+    EXPECT_LT(ref.back(), ref.front()) << "training lowers the loss";
+  }
+}
+
+TEST(Autodiff, ErrorsNameTheTensor) {
+  typemesh::launch(1, [] {
+    M2 m({1, 1});
+    auto x = import_tensor<layout<>>(m, host(S01{2, 2}, random_values(4, 1)));
+    expect_error<typemesh::error>([&] { (void)x.grad(); }, {"does not require one"});
+    expect_error<typemesh::error>([&] { typemesh::backward(typemesh::reduce_sum(x)); }, {"does not depend"});
+    auto w = typemesh::variable<layout<>, double>(m, "layer/w", S01{2, 2});
+    expect_error<typemesh::error>([&] { (void)w.grad(); }, {"'layer/w'", "backward has not reached it"});
+  });
+}
+
+}  // namespace
