@@ -57,7 +57,7 @@ outcome finish(const Loss& loss, const X&... xs) {
   auto grad_of = [](const auto& x) {
     if (!x.has_grad()) return values{};
     auto g = typemesh::export_tensor(x.grad());
-    return g.values();
+    return values(g.values().begin(), g.values().end());
   };
   (o.grads.push_back(grad_of(xs)), ...);
   return o;

@@ -40,9 +40,19 @@
 #include "typemesh/ops/einsum.hpp"
 #include "typemesh/ops/random.hpp"
 #include "typemesh/ops/reduce.hpp"
+#include "typemesh/ops/shape_ops.hpp"
 #include "typemesh/ops/unary.hpp"
 
 // layers and optimizers
+#include "typemesh/layers/attention.hpp"
+#include "typemesh/layers/conv2d.hpp"
+#include "typemesh/layers/dense.hpp"
+#include "typemesh/layers/dropout.hpp"
+#include "typemesh/layers/embedding.hpp"
+#include "typemesh/layers/layer_norm.hpp"
+#include "typemesh/layers/lstm.hpp"
+#include "typemesh/layers/pooling.hpp"
+#include "typemesh/layers/softmax_cross_entropy.hpp"
 #include "typemesh/layers/variable.hpp"
 #include "typemesh/optim/optimizers.hpp"
 

@@ -1,7 +1,7 @@
 // Two tensors split batch over different axes of the same mesh.
 // expect: typemesh: the tensors disagree on the mesh axis of a dim
 // expect: diagnostic::conflicting_layouts<batch, typemesh::layout<batch ?\(axis0\)>, typemesh::layout<batch ?\(axis1\)>
-#include <typemesh/tensor/elementwise.hpp>
+#include <typemesh/ops/binary.hpp>
 
 #include "common.hpp"
 

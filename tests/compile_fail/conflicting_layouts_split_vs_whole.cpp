@@ -2,7 +2,7 @@
 // expect: typemesh: the tensors disagree on the mesh axis of a dim
 // expect: diagnostic::conflicting_layouts<k, typemesh::layout<batch ?\(axis0\), k ?\(axis1\)>, typemesh::layout<batch ?\(axis0\)>
 #include <typemesh/tensor/collectives.hpp>
-#include <typemesh/tensor/elementwise.hpp>
+#include <typemesh/ops/binary.hpp>
 
 #include "common.hpp"
 

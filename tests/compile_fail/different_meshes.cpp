@@ -2,7 +2,7 @@
 // expect: typemesh: tensors on two different meshes cannot be combined
 // (clang spells a mesh's name as its character codes: "first_half" = {{102, 105, ...)
 // expect: diagnostic::different_meshes<typemesh::mesh<([^,]*"first_half"|\{\{102, 105, 114, 115, 116, 95, 104)
-#include <typemesh/tensor/elementwise.hpp>
+#include <typemesh/ops/binary.hpp>
 
 #include "common.hpp"
 

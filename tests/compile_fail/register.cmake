@@ -27,7 +27,7 @@ block(SCOPE_FOR VARIABLES)
   # Boost and Thrust, where they are not in the compiler's own search path
   # (passing /usr/include as -isystem would break #include_next).
   set(_system_dirs)
-  foreach(_dir IN LISTS Boost_INCLUDE_DIRS TYPEMESH_THRUST_INCLUDE_DIR)
+  foreach(_dir IN LISTS Boost_INCLUDE_DIRS TYPEMESH_THRUST_INCLUDE_DIR TYPEMESH_CBLAS_INCLUDE_DIR)
     if(_dir AND NOT _dir IN_LIST CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES
        AND NOT _dir IN_LIST _system_dirs)
       list(APPEND _system_dirs "${_dir}")

@@ -4,7 +4,7 @@
 # code stops compiling or whose asserts fail breaks the build or the test.
 include_guard(GLOBAL)
 
-foreach(page tour conversions)
+foreach(page tour conversions ops layers)
   set(_md ${PROJECT_SOURCE_DIR}/docs/${page}.md)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_md})
   file(READ ${_md} _text)

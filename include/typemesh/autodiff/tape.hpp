@@ -64,12 +64,12 @@ auto gradient_of(const In& input, F f) {
 }
 
 // Records `out` as computed from the edges' inputs, when recording and at
-// least one input is tracked. Returns out, so an operation can end with
-// `return record(out, ...)`.
+// least one input is tracked. Returns out (moved when given an rvalue), so an
+// operation can end with `return record(std::move(out), ...)`.
 template <class Out, class... In, class... F>
-Out&& record(Out&& out, const char* what, autodiff::gradient_edge<In, F>... edges) {
-  if (!autodiff::recording() || !(edges.input->tracked() || ...)) return std::forward<Out>(out);
+std::decay_t<Out> record(Out&& out, const char* what, autodiff::gradient_edge<In, F>... edges) {
   using out_t = std::decay_t<Out>;
+  if (!autodiff::recording() || !(edges.input->tracked() || ...)) return out_t(std::forward<Out>(out));
   auto n = autodiff::make_node(what);
   auto add_edge = [&](auto& e) {
     using in_t = std::remove_cvref_t<decltype(*e.input)>;
@@ -79,8 +79,9 @@ Out&& record(Out&& out, const char* what, autodiff::gradient_edge<In, F>... edge
                         }});
   };
   (add_edge(edges), ...);
-  out.set_node(std::move(n));
-  return std::forward<Out>(out);
+  out_t result(std::forward<Out>(out));
+  result.set_node(std::move(n));
+  return result;
 }
 
 namespace autodiff {
@@ -130,6 +131,12 @@ void backward(const tensor<T, S, L, M>& loss, const tensor<T, S, L, M>* seed = n
 // the x's type); the xs' own grad() is left as it was.
 template <class Loss, class... X>
 auto grad(const Loss& loss, const X&... xs) {
+  auto check = [](const auto& x) {
+    if (!x.tracked()) {
+      throw error("grad: an argument does not require a gradient (call requires_grad or make it a variable)");
+    }
+  };
+  (check(xs), ...);
   std::vector<std::any> saved;
   ((saved.push_back(xs.tracked() ? xs.node()->grad : std::any{}), xs.tracked() ? xs.node()->grad.reset() : void()),
    ...);

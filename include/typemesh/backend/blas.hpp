@@ -17,7 +17,8 @@
 namespace typemesh::backend {
 
 // Sets the BLAS thread count for `devices` devices sharing this machine's
-// cores. Called by every gemm; cheap when nothing changes.
+// cores. Operations call it before their local products; cheap when nothing
+// changes.
 inline void share_blas_threads(int devices) {
 #if defined(OPENBLAS_VERSION)
   static std::atomic<int> current{0};

@@ -116,7 +116,7 @@ template <class Out, class In>
 Out with_gradient(Out out, const In& x) {
   using in_layout = typename In::layout_type;
   return record(std::move(out), "transfer", gradient_of(x, [from = x.mesh()](const Out& dy) {
-                  return transfer<in_layout>(dy, from);
+                  return typemesh::transfer<in_layout>(dy, from);
                 }));
 }
 }  // namespace detail

@@ -41,7 +41,7 @@ template <class Layout, class T = float, class S, class M>
 tensor<T, S, Layout, M> variable(const M& m, std::string_view name, const S& s, init::any how = init::zeros{},
                                  std::uint64_t seed = 0) {
   tensor<T, S, Layout, M> t(m, s);
-  random_stream rng({seed, name, 0});
+  random_stream rng({seed, name, 0}, rng_use::initialisation);
   auto v = t.local();
   std::visit(
       [&](const auto& h) {

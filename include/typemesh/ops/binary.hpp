@@ -9,6 +9,7 @@
 // summed over the dims it lacks, with an allreduce where such a dim is split.
 #pragma once
 
+#include <span>
 #include <type_traits>
 
 #include "typemesh/autodiff/tape.hpp"
@@ -43,7 +44,7 @@ void check_same_mesh(const char* op, const A& a, const B& b) {
 template <class Out, class OutL, class T, class SA, class LA, class SB, class LB, class M, class F>
 tensor<T, Out, OutL, M> broadcast_apply(const tensor<T, SA, LA, M>& a, const tensor<T, SB, LB, M>& b, const Out& s,
                                         F f) {
-  tensor<T, Out, OutL, M> out(a.mesh(), s);
+  tensor<T, Out, OutL, M> out(a.mesh(), s, uninitialized);
   if (!a.holds_data()) return out;
   if constexpr (std::is_same_v<SA, Out> && std::is_same_v<SB, Out>) {
     backend::zip(a.storage(), b.storage(), out.storage(), f);
@@ -74,10 +75,10 @@ auto sum_back_to(const X& x, const G& g) {
 // to the gradients of a and b (shaped like the output, before summing).
 template <class T, class SA, class LA, class MA, class SB, class LB, class MB, class F, class DA, class DB>
 auto binary(const char* what, const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b, F f, DA da, DB db) {
-  static_assert(same_mesh<MA, MB>() && compatible<SA, LA, SB, LB>());
+  constexpr bool ok = same_mesh<MA, MB>() && compatible<SA, LA, SB, LB>();
   using M = MA;
   using Out = broadcast_shape<SA, SB>;
-  using OutL = canonical<Out, typename output_layout<Out, LA, LB>::type>;
+  using OutL = canonical<Out, typename checked_output_layout<ok, Out, LA, LB>::type>;
   using out_t = tensor<T, Out, OutL, M>;
   check_same_mesh(what, a, b);
   check_common_sizes(what, a.shape(), b.shape());
@@ -90,18 +91,18 @@ auto binary(const char* what, const tensor<T, SA, LA, MA>& a, const tensor<T, SB
   return record(std::move(out), what, gradient_of(a, [av, bv, s, da](const out_t& dy) {
                   auto ab = broadcast_apply<Out, OutL>(av, bv, s, [](T x, T) { return x; });
                   auto bb = broadcast_apply<Out, OutL>(av, bv, s, [](T, T y) { return y; });
-                  out_t g(dy.mesh(), s);
+                  out_t g(dy.mesh(), s, uninitialized);
                   auto gv = g.local();
-                  auto x = ab.local(), y = bb.local(), d = dy.local();
+                  std::span<const T> x = ab.local(), y = bb.local(), d = dy.local();
                   for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = da(x[i], y[i], d[i]);
                   return sum_back_to(av, g);
                 }),
                 gradient_of(b, [av, bv, s, db](const out_t& dy) {
                   auto ab = broadcast_apply<Out, OutL>(av, bv, s, [](T x, T) { return x; });
                   auto bb = broadcast_apply<Out, OutL>(av, bv, s, [](T, T y) { return y; });
-                  out_t g(dy.mesh(), s);
+                  out_t g(dy.mesh(), s, uninitialized);
                   auto gv = g.local();
-                  auto x = ab.local(), y = bb.local(), d = dy.local();
+                  std::span<const T> x = ab.local(), y = bb.local(), d = dy.local();
                   for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = db(x[i], y[i], d[i]);
                   return sum_back_to(bv, g);
                 }));
@@ -128,19 +129,19 @@ TYPEMESH_BINARY(minimum, y < x ? y : x, y < x ? T{0} : d, y < x ? d : T{0})
 
 template <class T, class SA, class LA, class MA, class SB, class LB, class MB>
 auto operator+(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
-  return add(a, b);
+  return typemesh::add(a, b);
 }
 template <class T, class SA, class LA, class MA, class SB, class LB, class MB>
 auto operator-(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
-  return sub(a, b);
+  return typemesh::sub(a, b);
 }
 template <class T, class SA, class LA, class MA, class SB, class LB, class MB>
 auto operator*(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
-  return mul(a, b);
+  return typemesh::mul(a, b);
 }
 template <class T, class SA, class LA, class MA, class SB, class LB, class MB>
 auto operator/(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
-  return div(a, b);
+  return typemesh::div(a, b);
 }
 
 }  // namespace typemesh

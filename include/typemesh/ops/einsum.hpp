@@ -9,6 +9,7 @@
 // as a batch of GEMMs through BLAS whenever the dims allow.
 #pragma once
 
+#include <optional>
 #include <type_traits>
 
 #include "typemesh/autodiff/tape.hpp"
@@ -42,9 +43,10 @@ tensor<T, Out, OutL, M> contract_to(const tensor<T, SA, LA, M>& a, const tensor<
                                     const Out& out_shape) {
   static_assert(check_contraction<Out, OutL, SA, LA, SB, LB>());
   constexpr auto axes = either(summed_axes<SA, LA, Out, M>(), summed_axes<SB, LB, Out, M>());
-  tensor<T, Out, OutL, M> out(a.mesh(), out_shape);
+  tensor<T, Out, OutL, M> out(a.mesh(), out_shape, uninitialized);
   if (!a.holds_data()) return out;
   using U = typename shape_dims<typename union_shape<typename union_shape<Out, SA>::type, SB>::type>::type;
+  backend::share_blas_threads(this_device().count());
   backend::contract(a.local().data(), local_dims_of<U>(a), b.local().data(), local_dims_of<U>(b), out.local().data(),
                     local_dims_of<U>(out));
   if constexpr (any(axes)) {
@@ -61,8 +63,8 @@ auto einsum(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
   static_assert(ops_detail::same_mesh<MA, MB>());
   using M = MA;
   using Out = shape<OutDims...>;
-  static_assert(ops_detail::dims_come_from<Out, SA, SB>::value);
-  using OutL = canonical<Out, typename ops_detail::output_layout<Out, LA, LB>::type>;
+  constexpr bool ok = ops_detail::dims_come_from<Out, SA, SB>::value && ops_detail::compatible<SA, LA, SB, LB>();
+  using OutL = canonical<Out, typename ops_detail::checked_output_layout<ok, Out, LA, LB>::type>;
   using out_t = tensor<T, Out, OutL, M>;
   ops_detail::check_same_mesh("einsum", a, b);
   ops_detail::check_common_sizes("einsum", a.shape(), b.shape());
@@ -71,11 +73,16 @@ auto einsum(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
   if (!autodiff::recording() || !(a.tracked() || b.tracked())) return out;
   using LAc = canonical<SA, LA>;
   using LBc = canonical<SB, LB>;
-  return record(std::move(out), "einsum", gradient_of(a, [bv = b.detached(), sa = a.shape()](const out_t& dy) {
-                  return ops_detail::contract_to<SA, LAc>(dy, bv, sa);
+  // Each gradient needs the other input: keep a copy only where it is used.
+  std::optional<tensor<T, SB, LB, M>> bv;
+  std::optional<tensor<T, SA, LA, M>> av;
+  if (a.tracked()) bv = b.detached();
+  if (b.tracked()) av = a.detached();
+  return record(std::move(out), "einsum", gradient_of(a, [bv = std::move(bv), sa = a.shape()](const out_t& dy) {
+                  return ops_detail::contract_to<SA, LAc>(dy, *bv, sa);
                 }),
-                gradient_of(b, [av = a.detached(), sb = b.shape()](const out_t& dy) {
-                  return ops_detail::contract_to<SB, LBc>(av, dy, sb);
+                gradient_of(b, [av = std::move(av), sb = b.shape()](const out_t& dy) {
+                  return ops_detail::contract_to<SB, LBc>(*av, dy, sb);
                 }));
 }
 

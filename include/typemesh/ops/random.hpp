@@ -33,12 +33,17 @@ constexpr std::uint64_t hash(std::string_view s) {  // FNV-1a
 }
 }  // namespace random_detail
 
+// What a stream is for: streams of different uses never coincide, even under
+// the same key (a dropout named like a variable draws other numbers).
+enum class rng_use : std::uint64_t { dropout = 0, initialisation = 1 };
+
 // A stream: uniform(i) and normal(i) for any element index i.
 class random_stream {
  public:
-  explicit random_stream(const rng_key& k)
+  explicit random_stream(const rng_key& k, rng_use use = rng_use::dropout)
       : base_(random_detail::mix(random_detail::mix(k.seed) ^ random_detail::hash(k.name) ^
-                                 random_detail::mix(k.step + 0x632be59bd9b4e019ull))) {}
+                                 random_detail::mix(k.step + 0x632be59bd9b4e019ull) ^
+                                 random_detail::mix(static_cast<std::uint64_t>(use) + 0x2545f4914f6cdd1dull))) {}
 
   // In [0, 1), with 53 random bits.
   double uniform(std::uint64_t i, std::uint64_t lane = 0) const {

@@ -8,12 +8,15 @@
 // device along A: those are allreduced, so the output is replicated along A.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 
 #include "typemesh/autodiff/tape.hpp"
 #include "typemesh/backend/strided.hpp"
 #include "typemesh/ops/rules.hpp"
+#include "typemesh/ops/unary.hpp"
 #include "typemesh/tensor/tensor.hpp"
 
 namespace typemesh {
@@ -31,7 +34,7 @@ template <class Out, class OutL, class T, class S, class L, class M>
 tensor<T, Out, OutL, M> reduce_to(const tensor<T, S, L, M>& x, const Out& out_shape, reduce_op op) {
   static_assert(std::is_same_v<canonical<Out, OutL>, canonical<Out, typename output_layout<Out, L>::type>>,
                 "typemesh: internal: reduce_to's layout must place the kept dims as the input does");
-  tensor<T, Out, OutL, M> out(x.mesh(), out_shape);
+  tensor<T, Out, OutL, M> out(x.mesh(), out_shape, uninitialized);
   if (!x.holds_data()) return out;
   using U = typename shape_dims<S>::type;
   const auto xd = local_dims_of<U>(x), od = local_dims_of<U>(out);
@@ -52,7 +55,7 @@ tensor<T, Out, OutL, M> reduce_to(const tensor<T, S, L, M>& x, const Out& out_sh
 // each device fills its own slice.
 template <class Out, class OutL, class T, class S, class L, class M>
 tensor<T, Out, OutL, M> broadcast_to(const tensor<T, S, L, M>& x, const Out& out_shape) {
-  tensor<T, Out, OutL, M> out(x.mesh(), out_shape);
+  tensor<T, Out, OutL, M> out(x.mesh(), out_shape, uninitialized);
   if (!x.holds_data()) return out;
   using U = typename shape_dims<Out>::type;
   backend::broadcast(x.local().data(), local_dims_of<U>(x), out.local().data(), local_dims_of<U>(out));
@@ -78,7 +81,8 @@ consteval bool check_dims_in(type_list<Ds...>) {
 
 }  // namespace ops_detail
 
-// Broadcasts x to the shape and layout of `like` (whose dims include x's).
+// x repeated along the dims of out_shape that it lacks (out_shape has all of
+// x's dims, in any order), placed by OutLayout. The gradient sums back.
 template <class Out, class OutL, class T, class S, class L, class M>
 tensor<T, Out, canonical<Out, OutL>, M> broadcast_to(const tensor<T, S, L, M>& x, const Out& out_shape) {
   static_assert(ops_detail::check_dims_in<Out>(typename ops_detail::shape_dims<S>::type{}));
@@ -106,28 +110,35 @@ auto reduce_sum(const tensor<T, S, L, M>& x) {
 // The mean over dims Ds (every dim when none are named).
 template <class... Ds, class T, class S, class L, class M>
 auto reduce_mean(const tensor<T, S, L, M>& x) {
-  auto total = reduce_sum<Ds...>(x);
+  auto total = typemesh::reduce_sum<Ds...>(x);
   const auto kept = total.shape().elements();
-  const T count = static_cast<T>(x.shape().elements() / (kept ? kept : 1));
-  return scale(total, T{1} / count);
+  const T count = static_cast<T>(std::max<std::int64_t>(1, x.shape().elements() / (kept ? kept : 1)));
+  return typemesh::scale(total, T{1} / count);
 }
 
-// The maximum over dims Ds (every dim when none are named). The gradient
-// goes to every element equal to the maximum.
+// The maximum over dims Ds (every dim when none are named). The gradient is
+// shared equally by the elements equal to the maximum.
 template <class... Ds, class T, class S, class L, class M>
 auto reduce_max(const tensor<T, S, L, M>& x) {
   static_assert(ops_detail::check_dims_in<S>(type_list<Ds...>{}));
   using Out = ops_detail::reduced_shape<S, Ds...>;
   using OutL = canonical<Out, L>;
   using out_t = tensor<T, Out, OutL, M>;
-  out_t out = ops_detail::reduce_to<Out, OutL>(x, ops_detail::reduced_sizes<S, Ds...>(x.shape()), reduce_op::max);
-  return record(std::move(out), "reduce_max", gradient_of(x, [xv = x.detached(), y = out.detached()](const out_t& dy) {
+  const Out rows = ops_detail::reduced_sizes<S, Ds...>(x.shape());
+  out_t out = ops_detail::reduce_to<Out, OutL>(x, rows, reduce_op::max);
+  return record(std::move(out), "reduce_max", gradient_of(x, [xv = x.detached(), y = out.detached(), rows](const out_t& dy) {
                   using in_t = tensor<T, S, canonical<S, L>, M>;
-                  in_t ym = ops_detail::broadcast_to<S, canonical<S, L>>(y, xv.shape());
+                  // 1 where an element is a maximum; the ties per row; then dy / ties there.
+                  in_t ties = ops_detail::broadcast_to<S, canonical<S, L>>(y, xv.shape());
+                  auto t = ties.local();
+                  auto xs = xv.local();
+                  for (std::size_t i = 0; i < t.size(); ++i) t[i] = xs[i] == t[i] ? T{1} : T{0};
+                  out_t count = ops_detail::reduce_to<Out, OutL>(ties, rows, reduce_op::sum);
                   in_t g = ops_detail::broadcast_to<S, canonical<S, L>>(dy, xv.shape());
+                  in_t c = ops_detail::broadcast_to<S, canonical<S, L>>(count, xv.shape());
                   auto gv = g.local();
-                  auto xs = xv.local(), ys = ym.local();
-                  for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = xs[i] == ys[i] ? gv[i] : T{0};
+                  auto cv = c.local();
+                  for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = t[i] != T{0} ? gv[i] / cv[i] : T{0};
                   return g;
                 }));
 }

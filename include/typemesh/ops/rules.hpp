@@ -26,22 +26,12 @@
 namespace typemesh {
 
 namespace diagnostic {
-template <class Axis, class DimA, class DimB, bool Failed = true>
-struct axis_splits_two_dims {};
-template <class Axis, class DimA, class DimB>
-struct axis_splits_two_dims<Axis, DimA, DimB, true> {
-  static_assert(fires<Axis, DimA, DimB>,
-                "typemesh: one mesh axis splits a different dim in each input, so no device holds matching "
-                "parts; relayout one input first; the axis and the two dims are the arguments above");
-};
-template <class Dim, class Shapes, bool Failed = true>
-struct dim_not_in_inputs {};
-template <class Dim, class Shapes>
-struct dim_not_in_inputs<Dim, Shapes, true> {
-  static_assert(fires<Dim, Shapes>,
-                "typemesh: the output names a dim that no input has; the dim and the input shapes are the "
-                "arguments above");
-};
+TYPEMESH_DIAGNOSTIC(axis_splits_two_dims, (class Axis, class DimA, class DimB), (Axis, DimA, DimB),
+                    "one mesh axis splits a different dim in each input, so no device holds matching "
+                    "parts; relayout one input first; the axis and the two dims are the arguments above");
+TYPEMESH_DIAGNOSTIC(dim_not_in_inputs, (class Dim, class Shapes), (Dim, Shapes),
+                    "the output names a dim that no input has; the dim and the input shapes are the "
+                    "arguments above");
 }  // namespace diagnostic
 
 template <class... Ts>
@@ -108,6 +98,17 @@ struct output_layout;
 template <class... Ds, class... Ls>
 struct output_layout<shape<Ds...>, Ls...> {
   using type = typename detail::concat_layouts<layout<>, typename entry_from<Ds, Ls...>::type...>::type;
+};
+
+// output_layout when the inputs passed their checks, else layout<> (the
+// failed check has already said why; this keeps a second error away).
+template <bool Ok, class Out, class LA, class LB>
+struct checked_output_layout {
+  using type = layout<>;
+};
+template <class Out, class LA, class LB>
+struct checked_output_layout<true, Out, LA, LB> {
+  using type = typename output_layout<Out, LA, LB>::type;
 };
 
 // Dim D sits on the same axis (or none) in both layouts.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cmath>
+#include <span>
 #include <type_traits>
 
 #include "typemesh/autodiff/tape.hpp"
@@ -19,7 +20,7 @@ namespace ops_detail {
 // out[i] = f(x[i]).
 template <class U, class T, class S, class L, class M, class F>
 tensor<U, S, L, M> apply(const tensor<T, S, L, M>& x, F f) {
-  tensor<U, S, L, M> out(x.mesh(), x.shape());
+  tensor<U, S, L, M> out(x.mesh(), x.shape(), uninitialized);
   backend::map(x.storage(), out.storage(), f);
   return out;
 }
@@ -27,7 +28,7 @@ tensor<U, S, L, M> apply(const tensor<T, S, L, M>& x, F f) {
 // out[i] = f(a[i], b[i]) for tensors of one type.
 template <class Tensor, class F>
 Tensor apply2(const Tensor& a, const Tensor& b, F f) {
-  Tensor out(a.mesh(), a.shape());
+  Tensor out(a.mesh(), a.shape(), uninitialized);
   backend::zip(a.storage(), b.storage(), out.storage(), f);
   return out;
 }
@@ -40,9 +41,9 @@ tensor<T, S, L, M> unary(const char* what, const tensor<T, S, L, M>& x, F f, D d
   t y = apply<T>(x, f);
   if (!autodiff::recording() || !x.tracked()) return y;
   return record(std::move(y), what, gradient_of(x, [xv = x.detached(), yv = y.detached(), d](const t& dy) {
-                  t dx(xv.mesh(), xv.shape());
+                  t dx(xv.mesh(), xv.shape(), uninitialized);
                   auto g = dx.local();
-                  auto xs = xv.local(), ys = yv.local(), ds = dy.local();
+                  std::span<const T> xs = xv.local(), ys = yv.local(), ds = dy.local();
                   for (std::size_t i = 0; i < g.size(); ++i) g[i] = ds[i] * d(xs[i], ys[i]);
                   return dx;
                 }));
@@ -100,23 +101,23 @@ tensor<T, S, L, M> stop_gradient(const tensor<T, S, L, M>& x) {
 
 template <class T, class S, class L, class M>
 tensor<T, S, L, M> operator*(const tensor<T, S, L, M>& x, std::type_identity_t<T> c) {
-  return scale(x, c);
+  return typemesh::scale(x, c);
 }
 template <class T, class S, class L, class M>
 tensor<T, S, L, M> operator*(std::type_identity_t<T> c, const tensor<T, S, L, M>& x) {
-  return scale(x, c);
+  return typemesh::scale(x, c);
 }
 template <class T, class S, class L, class M>
 tensor<T, S, L, M> operator+(const tensor<T, S, L, M>& x, std::type_identity_t<T> c) {
-  return shift(x, c);
+  return typemesh::shift(x, c);
 }
 template <class T, class S, class L, class M>
 tensor<T, S, L, M> operator-(const tensor<T, S, L, M>& x, std::type_identity_t<T> c) {
-  return shift(x, -c);
+  return typemesh::shift(x, -c);
 }
 template <class T, class S, class L, class M>
 tensor<T, S, L, M> operator-(const tensor<T, S, L, M>& x) {
-  return negative(x);
+  return typemesh::negative(x);
 }
 
 // A tensor of the given shape on a mesh, every element `value`.

@@ -197,7 +197,8 @@ class host_communicator {
       // Phase 2: gather the reduced chunks.
       for (std::size_t j = 0; j < gs; ++j) {
         const T* src = static_cast<const T*>(s.r.calls[j].out);
-        std::memcpy(static_cast<T*>(out) + chunk_begin(j), src, (chunk_begin(j + 1) - chunk_begin(j)) * sizeof(T));
+        const std::size_t count = chunk_begin(j + 1) - chunk_begin(j);
+        if (count) std::memcpy(static_cast<T*>(out) + chunk_begin(j), src, count * sizeof(T));  // empty chunks may be null
       }
     });
   }
@@ -307,6 +308,7 @@ class host_communicator {
 
   template <class T>
   static void reduce_into(T* out, const std::vector<const T*>& in, std::size_t offset, std::size_t n, reduce_op op) {
+    if (n == 0) return;  // an empty chunk's pointers may be null
     std::memcpy(out, in[0] + offset, n * sizeof(T));
     for (std::size_t j = 1; j < in.size(); ++j) {
       const T* src = in[j] + offset;

@@ -121,7 +121,7 @@ allconcat_t<D, T, S, L, M> allconcat(const tensor<T, S, L, M>& x) {
                            S::template index_of<D>, g.size(), /*unpack=*/true);
     }
     // Gradient: each device keeps its own part of the whole gradient.
-    return record(std::move(out), "allconcat", gradient_of(x, [](const out_t& dy) { return allsplit<D, A>(dy); }));
+    return record(std::move(out), "allconcat", gradient_of(x, [](const out_t& dy) { return typemesh::allsplit<D, A>(dy); }));
   } else {
     return out;
   }
@@ -141,7 +141,7 @@ allsplit_t<D, A, T, S, L, M> allsplit(const tensor<T, S, L, M>& x) {
     backend::copy_box(x.local().data(), from, out.local().data(), out.local_region(), out.local_extent());
   }
   // Gradient: an allgather of the parts.
-  return record(std::move(out), "allsplit", gradient_of(x, [](const out_t& dy) { return allconcat<D>(dy); }));
+  return record(std::move(out), "allsplit", gradient_of(x, [](const out_t& dy) { return typemesh::allconcat<D>(dy); }));
 }
 
 // Reduces the replicas along the axes As (which must not split a dim).
@@ -176,7 +176,7 @@ auto reduce_scatter(const tensor<T, S, L, M>& x, reduce_op op = reduce_op::sum) 
   }
   if (op != reduce_op::sum) return out;
   // Gradient: an allgather of the parts.
-  return record(std::move(out), "reduce_scatter", gradient_of(x, [](const out_t& dy) { return allconcat<D>(dy); }));
+  return record(std::move(out), "reduce_scatter", gradient_of(x, [](const out_t& dy) { return typemesh::allconcat<D>(dy); }));
 }
 
 // From split over an axis, To whole -> To split over that axis, From whole.
@@ -200,7 +200,7 @@ alltoall_t<From, To, T, S, L, M> alltoall(const tensor<T, S, L, M>& x) {
                            S::template index_of<From>, g.size(), /*unpack=*/true);
     }
     // Gradient: the alltoall back.
-    return record(std::move(out), "alltoall", gradient_of(x, [](const out_t& dy) { return alltoall<To, From>(dy); }));
+    return record(std::move(out), "alltoall", gradient_of(x, [](const out_t& dy) { return typemesh::alltoall<To, From>(dy); }));
   } else {
     return out;
   }

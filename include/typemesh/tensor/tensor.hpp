@@ -8,6 +8,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -24,6 +25,11 @@
 #include "typemesh/runtime/dtype.hpp"
 
 namespace typemesh {
+
+// Asks for a tensor whose local elements are left unset, for an operation that
+// writes every one of them.
+struct uninitialized_t {};
+inline constexpr uninitialized_t uninitialized{};
 
 template <class T, class Shape, class Layout, class Mesh>
 class tensor {
@@ -43,7 +49,10 @@ class tensor {
   // A zero-filled tensor on this thread's device.
   tensor(const Mesh& m, const Shape& s) : tensor(m, s, this_device()) {}
 
-  tensor(const Mesh& m, const Shape& s, device& dev) : mesh_(m), shape_(s), device_(dev.id()) {
+  // A tensor whose elements the caller writes next.
+  tensor(const Mesh& m, const Shape& s, uninitialized_t) : tensor(m, s, this_device(), false) {}
+
+  tensor(const Mesh& m, const Shape& s, device& dev, bool zero = true) : mesh_(m), shape_(s), device_(dev.id()) {
     geometry::check(s, m);
     for (int d : m.devices()) {
       if (d >= dev.count()) {
@@ -53,7 +62,8 @@ class tensor {
     }
     if (auto c = m.coordinate_of(device_)) {
       slice_ = geometry::slice_at(s, m, *c);
-      local_.resize(slice_.elements(), T{});
+      if (zero) local_.resize(slice_.elements(), T{});
+      else local_.resize(slice_.elements());
     }
   }
 
