@@ -320,6 +320,26 @@ TEST(Optimizers, SgdAndAdamStepsMatchOneDevice) {
   }
 }
 
+TEST(Variables, NamedByTensorTypeAndReadAsScalars) {
+  typemesh::launch(2, [] {
+    M2 m({2, 1});
+    using w_t = typemesh::tensor<double, S01, layout<d0(a0)>, M2>;
+    w_t w = typemesh::variable<w_t>(m, "w", {4, 3}, typemesh::init::constant{2.0});
+    auto same = typemesh::variable<layout<d0(a0)>, double>(m, "w", S01{4, 3}, typemesh::init::constant{2.0});
+    EXPECT_EQ(typemesh::export_tensor(w).values(), typemesh::export_tensor(same).values());
+    EXPECT_EQ(typemesh::reduce_sum(w).item(), 24.0);
+  });
+  typemesh::launch(2, [](typemesh::device& dev) {
+    M2 m({1, 1}, {1});
+    auto s = typemesh::reduce_sum(import_tensor<layout<>>(m, host(S01{2, 2}, values{1, 2, 3, 4})));
+    if (dev.id() == 1) {
+      EXPECT_EQ(s.item(), 10.0);
+    } else {
+      expect_error<typemesh::device_error>([&] { (void)s.item(); }, {"item(): device 0 is outside", "'ops'"});
+    }
+  });
+}
+
 TEST(Autodiff, ErrorsNameTheTensor) {
   typemesh::launch(1, [] {
     M2 m({1, 1});

@@ -140,11 +140,17 @@ auto grad(const Loss& loss, const X&... xs) {
   std::vector<std::any> saved;
   ((saved.push_back(xs.tracked() ? xs.node()->grad : std::any{}), xs.tracked() ? xs.node()->grad.reset() : void()),
    ...);
+  // Put the xs' own gradients back however this ends.
+  struct restore {
+    std::vector<std::any>& saved;
+    std::tuple<const X&...> xs;
+    ~restore() {
+      std::size_t i = 0;
+      std::apply([&](const auto&... x) { ((x.node()->grad = std::move(saved[i++])), ...); }, xs);
+    }
+  } guard{saved, std::tie(xs...)};
   backward(loss);
-  auto out = std::make_tuple(xs.grad().detached()...);
-  std::size_t i = 0;
-  ((xs.node()->grad = std::move(saved[i++])), ...);
-  return out;
+  return std::make_tuple(xs.grad().detached()...);
 }
 
 }  // namespace typemesh

@@ -38,6 +38,7 @@ using any = std::variant<zeros, constant, normal, uniform, glorot_uniform>;
 
 // A tensor that requires a gradient, named `name`, with values from `how`.
 template <class Layout, class T = float, class S, class M>
+  requires is_layout<Layout>
 tensor<T, S, Layout, M> variable(const M& m, std::string_view name, const S& s, init::any how = init::zeros{},
                                  std::uint64_t seed = 0) {
   tensor<T, S, Layout, M> t(m, s);
@@ -64,6 +65,17 @@ tensor<T, S, Layout, M> variable(const M& m, std::string_view name, const S& s, 
       how);
   t.requires_grad(std::string(name));
   return t;
+}
+
+// The same, named by the variable's tensor type, which says the element
+// type, the dims, the layout and the mesh type once:
+//   using w_t = tensor<float, shape<k, n>, layout<n(axis1)>, grid>;
+//   auto w = typemesh::variable<w_t>(mesh, "w", {512, 1024}, init::normal{0.02});
+template <class Tensor>
+  requires is_tensor<Tensor>
+Tensor variable(const typename Tensor::mesh_type& m, std::string_view name, const typename Tensor::shape_type& s,
+                init::any how = init::zeros{}, std::uint64_t seed = 0) {
+  return variable<typename Tensor::layout_type, typename Tensor::value_type>(m, name, s, how, seed);
 }
 
 }  // namespace typemesh

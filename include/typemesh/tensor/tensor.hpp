@@ -108,6 +108,17 @@ class tensor {
                        mesh_.describe(), ">");
   }
 
+  // The value of a scalar (a tensor of shape<>), such as a loss, on a device
+  // of its mesh.
+  T item() const {
+    static_assert(rank == 0, "typemesh: item() reads a scalar (shape<>); reduce the tensor first, e.g. reduce_mean(x)");
+    if (!holds_data()) {
+      throw device_error(detail::cat("item(): device ", device_, " is outside ", mesh_.describe(),
+                                     " and holds no value; read it on a device of that mesh"));
+    }
+    return local_[0];
+  }
+
   // Any device's slice, or nothing for a device outside the mesh.
   std::optional<box<rank>> slice_of(int dev) const { return geometry::slice_of(shape_, mesh_, dev); }
 
