@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <typemesh/typemesh.hpp>
@@ -31,6 +33,21 @@ template <class D, int Digit>
 struct entry<D, Digit> {
   using type = typemesh::layout<D(axis_n<Digit - 1>)>;
 };
+
+// Expects every local element of a rank-3 tensor t to equal f(global index).
+template <class Tensor, class F>
+void expect_local(const Tensor& t, F f) {
+  const auto& b = t.slice();
+  auto local = t.local();
+  ASSERT_EQ(static_cast<std::int64_t>(local.size()), t.holds_data() ? b.elements() : 0);
+  std::int64_t at = 0;
+  for (std::int64_t i = 0; i < b.extent[0]; ++i)
+    for (std::int64_t j = 0; j < b.extent[1]; ++j)
+      for (std::int64_t k = 0; k < b.extent[2]; ++k, ++at) {
+        std::array<std::int64_t, 3> g{b.begin[0] + i, b.begin[1] + j, b.begin[2] + k};
+        ASSERT_EQ(local[at], f(g)) << "device " << t.device() << " at " << g[0] << "," << g[1] << "," << g[2];
+      }
+}
 
 // Expects `stmt` to throw E with a message containing every one of `parts`.
 template <class E, class F>

@@ -7,6 +7,9 @@
 // With the host backend each device is a thread of this process. If any
 // device throws, the others stop at their next wait and the launcher rethrows
 // the first device's exception.
+//
+// In a program that links typemesh::mpi (TYPEMESH_WITH_MPI) and runs under an
+// MPI launcher, each rank is one device instead: see runtime/mpi_launch.hpp.
 #pragma once
 
 #include <chrono>
@@ -49,12 +52,19 @@ decltype(auto) call_on(F& f, device& d) {
   else return f();
 }
 
+#ifdef TYPEMESH_WITH_MPI
+inline bool mpi_requested();  // runtime/mpi_launch.hpp
+#endif
+
 }  // namespace detail
 
 // Runs f on every device; f takes a typemesh::device& or nothing. Returns the
 // per-device results, indexed by device id, when f returns a value.
 template <class F>
 auto launch(const launch_options& options, F&& f) {
+#ifdef TYPEMESH_WITH_MPI
+  if (detail::mpi_requested()) return mpi_launch(options, f);
+#endif
   using result = decltype(detail::call_on(f, std::declval<device&>()));
   constexpr bool returns = !std::is_void_v<result>;
   using slot = std::conditional_t<returns, std::optional<std::decay_t<result>>, char>;
@@ -103,3 +113,7 @@ auto launch(int devices, F&& f) {
 }
 
 }  // namespace typemesh
+
+#ifdef TYPEMESH_WITH_MPI
+#include "typemesh/runtime/mpi_launch.hpp"
+#endif

@@ -1,0 +1,367 @@
+// The MPI backend: one process per device, device id = rank in MPI_COMM_WORLD.
+// Needs MPI (the C API) and is compiled only in programs that link
+// typemesh::mpi; typemesh::launch picks it under mpirun/srun (see
+// runtime/mpi_launch.hpp and docs/mpi.md).
+//
+// A group maps to a communicator whose ranks are the group's members in member
+// order, created once with MPI_Comm_create_group (only the members take part)
+// and cached by the group's device list. Collectives are MPI's nonblocking
+// ones on that communicator, so member m of the group is rank m there and the
+// results land in member order. Reductions run in whatever order the MPI
+// library chooses: every member gets the same result, but float sums may
+// differ in the last bits from the host backend's member-order reduction.
+//
+// Nothing waits forever: every wait polls its request until the launch
+// timeout and then throws timeout_error naming the collective, the group and
+// this device. MPI cannot cancel a collective, so after a timed-out
+// collective only MPI_Abort ends the job cleanly; launch does exactly that for
+// any exception that leaves the program's function. A timed-out recv is
+// cancelled cleanly (it probes before it receives).
+//
+// Not detected here (the host backend detects it): members calling different
+// collectives or counts. MPI leaves that erroneous; it shows up as a timeout,
+// a truncation error or wrong data.
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstddef>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "typemesh/core/error.hpp"
+#include "typemesh/core/group.hpp"
+#include "typemesh/runtime/communicator.hpp"
+#include "typemesh/runtime/dtype.hpp"
+
+namespace typemesh {
+
+namespace detail {
+
+inline MPI_Datatype mpi_datatype(dtype t) {
+  switch (t) {
+    case dtype::f32: return MPI_FLOAT;
+    case dtype::f64: return MPI_DOUBLE;
+    case dtype::i32: return MPI_INT32_T;
+    case dtype::i64: return MPI_INT64_T;
+    case dtype::u8: return MPI_UNSIGNED_CHAR;
+  }
+  return MPI_BYTE;
+}
+
+inline MPI_Op mpi_op(reduce_op op) {
+  switch (op) {
+    case reduce_op::sum: return MPI_SUM;
+    case reduce_op::max: return MPI_MAX;
+    case reduce_op::min: return MPI_MIN;
+    case reduce_op::prod: return MPI_PROD;
+  }
+  return MPI_SUM;
+}
+
+inline std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return detail::cat("MPI error ", code);
+  return std::string(text, length);
+}
+
+}  // namespace detail
+
+// What the devices of one launch share in this process: the run's duplicate
+// of the world communicator, the cached group communicators and the sends
+// still in flight. mpi_communicator is a handle to it.
+class mpi_state {
+ public:
+  // Collective over `world`: duplicates it, so the run's messages never mix
+  // with the program's own MPI traffic or with another launch's.
+  mpi_state(MPI_Comm world, std::chrono::milliseconds timeout) : timeout_(timeout) {
+    check(MPI_Comm_dup(world, &world_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(world_, &rank_);
+    MPI_Comm_size(world_, &size_);
+  }
+
+  mpi_state(const mpi_state&) = delete;
+  mpi_state& operator=(const mpi_state&) = delete;
+
+  ~mpi_state() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    for (auto& s : sends_) {  // only left after a failure: finish() drains them
+      MPI_Cancel(&s.request);
+      MPI_Request_free(&s.request);
+    }
+    for (auto& [devices, comm] : groups_) MPI_Comm_free(&comm);
+    MPI_Comm_free(&world_);
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm world() const { return world_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // The communicator of g: rank m is member m. The whole world in rank order
+  // is the run's communicator itself.
+  MPI_Comm comm_for(const group& g) {
+    bool identity = g.size() == size_;
+    for (int i = 0; identity && i < g.size(); ++i) identity = g.devices[i] == i;
+    if (identity) return world_;
+    auto it = groups_.find(g.devices);
+    if (it != groups_.end()) return it->second;
+
+    MPI_Group all = MPI_GROUP_NULL, members = MPI_GROUP_NULL;
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_Comm_group(world_, &all);
+    MPI_Group_incl(all, g.size(), g.devices.data(), &members);
+    // The tag tells apart creations that could overlap; members create their
+    // groups in the same program order, so equal tags never meet by mistake.
+    std::size_t hash = 0;
+    for (int d : g.devices) hash = hash * 1000003u + static_cast<std::size_t>(d) + 1;
+    int rc = MPI_Comm_create_group(world_, members, static_cast<int>(hash % 32768), &comm);
+    MPI_Group_free(&members);
+    MPI_Group_free(&all);
+    if (rc != MPI_SUCCESS) {
+      throw device_error(detail::cat("creating the MPI communicator of group ", detail::list(g.devices), " (", g.label,
+                                     ") on device ", rank_, " failed: ", detail::mpi_error_string(rc)));
+    }
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    groups_.emplace(g.devices, comm);
+    return comm;
+  }
+
+  // Polls `request` until it completes (true) or the timeout passes (false).
+  bool wait(MPI_Request& request, std::chrono::steady_clock::time_point deadline) {
+    for (long spins = 0;; ++spins) {
+      int done = 0;
+      check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return true;
+      if (spins < 64) continue;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      // Oversubscribed ranks must leave the core to the peer they wait for.
+      if (spins < 4096) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  std::chrono::steady_clock::time_point deadline() const { return std::chrono::steady_clock::now() + timeout_; }
+
+  // Keeps a copy of the message alive until MPI has sent it.
+  void post(int to, const void* in, std::size_t count, dtype t, int tag) {
+    progress_sends();
+    const std::size_t bytes = count * size_of(t);
+    pending_send s{to, tag, std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1), MPI_REQUEST_NULL};
+    if (bytes) std::memcpy(s.data.get(), in, bytes);
+    check(MPI_Isend(s.data.get(), mpi_count(count), detail::mpi_datatype(t), to, tag, world_, &s.request), "MPI_Isend");
+    sends_.push_back(std::move(s));
+  }
+
+  // Completes the sends still in flight; launch calls it after the program's
+  // function, so a message nobody receives is an error rather than a hang.
+  void finish() {
+    const auto until = deadline();
+    for (auto& s : sends_) {
+      if (!wait(s.request, until)) {
+        throw timeout_error(detail::cat("send from device ", rank_, " to device ", s.to, " (tag ", s.tag,
+                                        ") was not received within ", timeout_.count(), " ms"));
+      }
+    }
+    sends_.clear();
+  }
+
+  void check(int rc, std::string_view call) const {
+    if (rc != MPI_SUCCESS) {
+      throw collective_error(detail::cat(call, " failed on device ", rank_, ": ", detail::mpi_error_string(rc)));
+    }
+  }
+
+  static int mpi_count(std::size_t count) {
+    if (count > static_cast<std::size_t>(INT_MAX)) {
+      throw shape_error(detail::cat("a message of ", count, " elements is too large for one MPI call (at most ", INT_MAX, ")"));
+    }
+    return static_cast<int>(count);
+  }
+
+ private:
+  struct pending_send {
+    int to = 0, tag = 0;
+    std::unique_ptr<std::byte[]> data;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+
+  void progress_sends() {
+    std::erase_if(sends_, [&](pending_send& s) {
+      int done = 0;
+      check(MPI_Test(&s.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      return done != 0;
+    });
+  }
+
+  std::chrono::milliseconds timeout_;
+  MPI_Comm world_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 0;
+  std::map<std::vector<int>, MPI_Comm> groups_;
+  std::vector<pending_send> sends_;
+};
+
+// This process's device; a model of typemesh::communicator.
+class mpi_communicator {
+ public:
+  explicit mpi_communicator(std::shared_ptr<mpi_state> state) : s_(std::move(state)) {}
+
+  int device() const { return s_->rank(); }
+  int device_count() const { return s_->size(); }
+
+  void allreduce(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
+    if (t == dtype::u8) {
+      widened(in, out, n, n, [&](const void* wide_in, void* wide_out) {
+        collective("allreduce", g, [&](MPI_Comm c, MPI_Request* r) {
+          return MPI_Iallreduce(wide_in, wide_out, count(n), MPI_UINT32_T, detail::mpi_op(op), c, r);
+        });
+      });
+      return;
+    }
+    collective("allreduce", g, [&](MPI_Comm c, MPI_Request* r) {
+      return MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, count(n), detail::mpi_datatype(t), detail::mpi_op(op),
+                            c, r);
+    });
+  }
+
+  void allgather(const group& g, const void* in, void* out, std::size_t n, dtype t) {
+    const MPI_Datatype type = detail::mpi_datatype(t);
+    collective("allgather", g, [&](MPI_Comm c, MPI_Request* r) {
+      return MPI_Iallgather(in, count(n), type, out, count(n), type, c, r);
+    });
+  }
+
+  void reduce_scatter(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
+    if (t == dtype::u8) {
+      widened(in, out, g.size() * n, n, [&](const void* wide_in, void* wide_out) {
+        collective("reduce_scatter", g, [&](MPI_Comm c, MPI_Request* r) {
+          return MPI_Ireduce_scatter_block(wide_in, wide_out, count(n), MPI_UINT32_T, detail::mpi_op(op), c, r);
+        });
+      });
+      return;
+    }
+    collective("reduce_scatter", g, [&](MPI_Comm c, MPI_Request* r) {
+      return MPI_Ireduce_scatter_block(in, out, count(n), detail::mpi_datatype(t), detail::mpi_op(op), c, r);
+    });
+  }
+
+  void alltoall(const group& g, const void* in, void* out, std::size_t n, dtype t) {
+    const MPI_Datatype type = detail::mpi_datatype(t);
+    collective("alltoall", g, [&](MPI_Comm c, MPI_Request* r) {
+      return MPI_Ialltoall(in, count(n), type, out, count(n), type, c, r);
+    });
+  }
+
+  void broadcast(const group& g, void* buffer, std::size_t n, dtype t, int root) {
+    collective("broadcast", g, [&](MPI_Comm c, MPI_Request* r) {
+      return MPI_Ibcast(buffer, count(n), detail::mpi_datatype(t), root, c, r);
+    });
+  }
+
+  void send(int to, const void* in, std::size_t n, dtype t, int tag) {
+    check_tag(tag);
+    s_->post(to, in, n, t, tag);
+  }
+
+  void recv(int from, void* out, std::size_t n, dtype t, int tag) {
+    check_tag(tag);
+    const auto deadline = s_->deadline();
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    for (long spins = 0;; ++spins) {
+      int found = 0;
+      s_->check(MPI_Improbe(from, tag, s_->world(), &found, &message, &status), "MPI_Improbe");
+      if (found) break;
+      if (spins < 64) continue;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (tag ", tag,
+                                        ") timed out after ", s_->timeout().count(), " ms: no message arrived"));
+      }
+      if (spins < 4096) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    int bytes = 0;
+    MPI_Get_count(&status, MPI_BYTE, &bytes);
+    const std::size_t expected = n * size_of(t);
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (static_cast<std::size_t>(bytes) != expected) {
+      std::vector<std::byte> sink(std::max(bytes, 1));  // the message is matched: take it off the queue
+      MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+      throw collective_error(detail::cat("device ", device(), " expects ", n, " ", name_of(t), " from device ", from,
+                                         " (tag ", tag, "), but the message holds ", bytes, " bytes (",
+                                         bytes / static_cast<int>(size_of(t)), " ", name_of(t), ")"));
+    }
+    s_->check(MPI_Imrecv(out, count(n), detail::mpi_datatype(t), &message, &request), "MPI_Imrecv");
+    if (!s_->wait(request, deadline)) {
+      throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (tag ", tag,
+                                      ") timed out after ", s_->timeout().count(), " ms while the message arrived"));
+    }
+  }
+
+  void barrier(const group& g) {
+    collective("barrier", g, [&](MPI_Comm c, MPI_Request* r) { return MPI_Ibarrier(c, r); });
+  }
+
+ private:
+  template <class Start>
+  void collective(std::string_view what, const group& g, Start start) {
+    MPI_Comm comm = s_->comm_for(g);
+    MPI_Request request = MPI_REQUEST_NULL;
+    int rc = start(comm, &request);
+    if (rc != MPI_SUCCESS) {
+      throw collective_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, ") on device ",
+                                         device(), " failed: ", detail::mpi_error_string(rc)));
+    }
+    if (!s_->wait(request, s_->deadline())) {
+      throw timeout_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, ") on device ",
+                                      device(), " timed out after ", s_->timeout().count(),
+                                      " ms: not every member joined (MPI does not tell which are missing)"));
+    }
+  }
+
+  static int count(std::size_t n) { return mpi_state::mpi_count(n); }
+
+  // Open MPI 4.1's nonblocking reductions of 1-byte integers go wrong from
+  // about 100 elements (MPI_Iallreduce of MPI_UINT8_T, MPI_SUM, 4 ranks), so
+  // u8 reductions run on uint32 and are narrowed back: sum and prod modulo
+  // 256, min and max are the same as on uint8.
+  template <class Run>
+  static void widened(const void* in, void* out, std::size_t in_count, std::size_t out_count, Run run) {
+    const auto* bytes = static_cast<const std::uint8_t*>(in);
+    std::vector<std::uint32_t> wide_in(bytes, bytes + in_count), wide_out(out_count);
+    run(wide_in.data(), wide_out.data());
+    auto* narrow = static_cast<std::uint8_t*>(out);
+    for (std::size_t i = 0; i < out_count; ++i) narrow[i] = static_cast<std::uint8_t>(wide_out[i]);
+  }
+
+  void check_tag(int tag) const {
+    void* value = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(s_->world(), MPI_TAG_UB, &value, &found);
+    const int upper = found ? *static_cast<int*>(value) : 32767;
+    if (tag < 0 || tag > upper) {
+      throw device_error(detail::cat("device ", device(), ": message tag ", tag, " is outside 0 to ", upper,
+                                     " (MPI_TAG_UB)"));
+    }
+  }
+
+  std::shared_ptr<mpi_state> s_;
+};
+
+static_assert(communicator<mpi_communicator>);
+
+}  // namespace typemesh

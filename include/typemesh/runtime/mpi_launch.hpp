@@ -1,0 +1,159 @@
+// typemesh::launch under MPI: compiled in programs that link typemesh::mpi
+// (which defines TYPEMESH_WITH_MPI); launch dispatches here when the process
+// runs under an MPI launcher. See docs/mpi.md.
+//
+//   mpirun -np 8 ./train        # launch(8, f) runs f once per rank
+//
+// - Each rank runs f once, as device `rank`; launch(n, f) needs n == the
+//   number of ranks, else every rank throws device_error before any work.
+// - MPI is initialised on the first such launch (Boost.MPI environment,
+//   MPI_THREAD_FUNNELED) and finalised at exit, unless the program did it.
+// - When f returns a value, every rank gets every device's result, indexed by
+//   device id, exactly as with host threads. The type must be trivially
+//   copyable (sent as bytes) or serializable with Boost.Serialization
+//   (arithmetic types, std::string, std::vector, std::pair, std::optional of
+//   such, or a class with a member serialize()); anything else fails to
+//   compile in MPI builds with a message saying so.
+// - An exception leaving f on any rank prints
+//     typemesh: rank R (device R of N) failed: <what()>
+//   to stderr and calls MPI_Abort, which ends every rank of the job: no rank
+//   is left waiting. There is no aborted_error under MPI; the job's exit
+//   status is non-zero.
+#pragma once
+
+#include <mpi.h>
+
+#include <boost/mpi/collectives.hpp>
+#include <boost/mpi/communicator.hpp>
+#include <boost/mpi/environment.hpp>
+#include <boost/serialization/optional.hpp>
+#include <boost/serialization/string.hpp>
+#include <boost/serialization/utility.hpp>
+#include <boost/serialization/vector.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "typemesh/runtime/launch.hpp"
+#include "typemesh/runtime/mpi_communicator.hpp"
+
+namespace typemesh {
+
+namespace detail {
+
+// Whether launch runs on MPI: TYPEMESH_BACKEND=mpi or =host decides; else an
+// MPI launcher's environment (Open MPI's mpirun, PMI or PMIx as set by MPICH's
+// mpiexec and Slurm's srun --mpi=pmi2/pmix) or an MPI the program initialised.
+inline bool mpi_requested() {
+  if (const char* b = std::getenv("TYPEMESH_BACKEND")) {
+    std::string_view backend = b;
+    if (backend == "mpi") return true;
+    if (backend == "host") return false;
+  }
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK")) return true;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized != 0;
+}
+
+inline void mpi_initialize() {
+  // Finalises at exit only if it initialised MPI.
+  static boost::mpi::environment environment(boost::mpi::threading::funneled, /*abort_on_exception=*/false);
+}
+
+template <class T>
+struct mpi_serializable : std::bool_constant<std::is_arithmetic_v<T> || std::is_enum_v<T>> {};
+template <class T>
+  requires requires(T& t, boost::mpi::packed_oarchive& ar) { t.serialize(ar, 0u); }
+struct mpi_serializable<T> : std::true_type {};
+template <class C, class Tr, class A>
+struct mpi_serializable<std::basic_string<C, Tr, A>> : std::true_type {};
+template <class T, class A>
+struct mpi_serializable<std::vector<T, A>> : mpi_serializable<T> {};
+template <class T>
+struct mpi_serializable<std::optional<T>> : mpi_serializable<T> {};
+template <class A, class B>
+struct mpi_serializable<std::pair<A, B>> : std::bool_constant<mpi_serializable<A>::value && mpi_serializable<B>::value> {};
+
+template <class T>
+inline constexpr bool mpi_gatherable = std::is_trivially_copyable_v<T> || mpi_serializable<T>::value;
+
+// Every rank's `value`, indexed by rank.
+template <class T>
+std::vector<T> mpi_gather_all(MPI_Comm comm, int rank, int size, T value) {
+  static_assert(mpi_gatherable<T>,
+                "typemesh: under MPI, launch gathers every device's result on every rank, so f must return a "
+                "trivially copyable type or one Boost.Serialization can serialize (see runtime/mpi_launch.hpp)");
+  std::vector<T> out;
+  if constexpr (std::is_trivially_copyable_v<T>) {
+    std::vector<std::byte> all(sizeof(T) * size);
+    MPI_Allgather(&value, sizeof(T), MPI_BYTE, all.data(), sizeof(T), MPI_BYTE, comm);
+    out.reserve(size);
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) {
+        out.push_back(std::move(value));
+        continue;
+      }
+      alignas(T) std::byte storage[sizeof(T)];
+      std::memcpy(storage, all.data() + r * sizeof(T), sizeof(T));
+      out.push_back(*std::launder(reinterpret_cast<T*>(storage)));
+    }
+  } else {
+    boost::mpi::communicator c(comm, boost::mpi::comm_attach);
+    boost::mpi::all_gather(c, value, out);
+  }
+  return out;
+}
+
+[[noreturn]] inline void mpi_fail(int rank, int size, const std::string& what) {
+  std::string line = detail::cat("typemesh: rank ", rank, " (device ", rank, " of ", size, ") failed: ", what,
+                                 "\ntypemesh: aborting all ranks (MPI_Abort)\n");
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+}  // namespace detail
+
+// launch's MPI path; called by typemesh::launch, not meant to be called directly.
+template <class F>
+auto mpi_launch(const launch_options& options, F& f) {
+  using result = decltype(detail::call_on(f, std::declval<device&>()));
+  detail::mpi_initialize();
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (options.devices != size) {
+    throw device_error(detail::cat("launch asks for ", options.devices, " devices, but the MPI job has ", size,
+                                   " ranks and runs one device per rank: start it with ", options.devices,
+                                   " ranks (mpirun -np ", options.devices, ")"));
+  }
+  auto state = std::make_shared<mpi_state>(MPI_COMM_WORLD, options.timeout);
+  device dev{mpi_communicator(state)};
+  device* previous = std::exchange(detail::current_device(), &dev);
+  try {
+    if constexpr (std::is_void_v<result>) {
+      detail::call_on(f, dev);
+      state->finish();
+      detail::current_device() = previous;
+    } else {
+      auto mine = detail::call_on(f, dev);
+      state->finish();
+      detail::current_device() = previous;
+      return detail::mpi_gather_all<std::decay_t<result>>(state->world(), rank, size, std::move(mine));
+    }
+  } catch (...) {
+    detail::mpi_fail(rank, size, detail::describe_exception(std::current_exception()));
+  }
+}
+
+}  // namespace typemesh

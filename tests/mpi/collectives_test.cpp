@@ -1,0 +1,427 @@
+// The MPI backend, run under mpiexec with 4 or 8 ranks (tests/mpi/register.cmake).
+// Every rank runs every test; launch(n, f) runs f once per rank. Each check
+// runs the same function on both backends (TYPEMESH_BACKEND=host runs the
+// host threads inside each rank) and compares values and counted bytes.
+//
+//   --fail=throw    rank 2 throws while the others wait: the job must end
+//   --fail=timeout  rank 1 never joins an allreduce: rank 0 times out, job ends
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+using namespace tt;
+using namespace std::chrono_literals;
+using typemesh::device;
+using typemesh::group;
+using typemesh::launch;
+using typemesh::op_kind;
+using typemesh::reduce_op;
+
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// Runs launch(n, f) on the host backend (threads in this process), then on MPI.
+template <class F>
+auto on_both(int n, F f) {
+  setenv("TYPEMESH_BACKEND", "host", 1);
+  auto host = launch(n, f);
+  unsetenv("TYPEMESH_BACKEND");
+  auto mpi = launch(n, f);
+  return std::make_pair(std::move(host), std::move(mpi));
+}
+
+template <class T>
+T input(int d, std::size_t i, int salt) {
+  return static_cast<T>(((d * 131 + static_cast<int>(i) * 7 + salt * 17) % 23) - 11);
+}
+
+template <class T>
+T reduce(reduce_op op, T a, T b) {
+  switch (op) {
+    case reduce_op::sum: return static_cast<T>(a + b);
+    case reduce_op::max: return std::max(a, b);
+    case reduce_op::min: return std::min(a, b);
+    case reduce_op::prod: return static_cast<T>(a * b);
+  }
+  return a;
+}
+
+// A partition of the devices into groups: the group of each device.
+using partition = std::function<group(int)>;
+
+template <class T>
+void check_allreduce(device& dev, const group& g, std::size_t n, reduce_op op, int salt, bool in_place) {
+  std::vector<T> in(n), out(n);
+  for (std::size_t i = 0; i < n; ++i) in[i] = input<T>(dev.id(), i, salt);
+  if (in_place) {
+    dev.allreduce<T>(g, std::span<T>(in), op);
+    out = in;
+  } else {
+    dev.allreduce<T>(g, in, out, op);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    T expected = input<T>(g.devices[0], i, salt);
+    for (int m = 1; m < g.size(); ++m) expected = reduce(op, expected, input<T>(g.devices[m], i, salt));
+    ASSERT_EQ(out[i], expected) << g.label << " device " << dev.id() << " element " << i;
+  }
+}
+
+// Every collective over the group of this device, against a serial reference.
+typemesh::traffic every_collective(device& dev, const partition& part, std::size_t n) {
+  const group g = part(dev.id());
+  const std::size_t gs = g.size();
+  const int me = g.index_of(dev.id());
+  SCOPED_TRACE(g.label + (std::getenv("TYPEMESH_BACKEND") ? " (host backend)" : " (MPI backend)"));
+  check_allreduce<float>(dev, g, n, reduce_op::sum, 1, false);
+  check_allreduce<float>(dev, g, n, reduce_op::max, 2, true);
+  check_allreduce<double>(dev, g, n, reduce_op::prod, 3, false);
+  check_allreduce<std::int32_t>(dev, g, n, reduce_op::min, 4, true);
+  check_allreduce<std::int64_t>(dev, g, n, reduce_op::prod, 5, false);
+  check_allreduce<std::uint8_t>(dev, g, n, reduce_op::sum, 6, false);
+
+  std::vector<std::int32_t> mine(n), gathered(gs * n);
+  for (std::size_t i = 0; i < n; ++i) mine[i] = input<std::int32_t>(dev.id(), i, 7);
+  dev.allgather<std::int32_t>(g, mine, gathered);
+  for (std::size_t j = 0; j < gs; ++j)
+    for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(gathered[j * n + i], input<std::int32_t>(g.devices[j], i, 7));
+
+  std::vector<float> blocks(gs * n), scattered(n);
+  for (std::size_t i = 0; i < gs * n; ++i) blocks[i] = input<float>(dev.id(), i, 8);
+  dev.reduce_scatter<float>(g, blocks, scattered);
+  for (std::size_t i = 0; i < n; ++i) {
+    float sum = 0;
+    for (std::size_t j = 0; j < gs; ++j) sum += input<float>(g.devices[j], me * n + i, 8);
+    EXPECT_EQ(scattered[i], sum);
+  }
+
+  std::vector<std::int64_t> send(gs * n), exchanged(gs * n);
+  for (std::size_t i = 0; i < gs * n; ++i) send[i] = input<std::int64_t>(dev.id(), i, 9);
+  dev.alltoall<std::int64_t>(g, send, exchanged);
+  for (std::size_t j = 0; j < gs; ++j)
+    for (std::size_t i = 0; i < n; ++i)
+      EXPECT_EQ(exchanged[j * n + i], input<std::int64_t>(g.devices[j], me * n + i, 9));
+
+  for (int root = 0; root < g.size(); ++root) {
+    std::vector<double> b(n);
+    for (std::size_t i = 0; i < n; ++i) b[i] = input<double>(dev.id(), i, 10 + root);
+    dev.broadcast<double>(g, b, root);
+    for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(b[i], input<double>(g.devices[root], i, 10 + root));
+  }
+  dev.barrier(g);
+  return dev.traffic();
+}
+
+void expect_same_traffic(const std::vector<typemesh::traffic>& host, const std::vector<typemesh::traffic>& mpi) {
+  ASSERT_EQ(host.size(), mpi.size());
+  for (std::size_t d = 0; d < host.size(); ++d)
+    for (std::size_t k = 0; k < typemesh::op_kind_count; ++k) {
+      auto kind = static_cast<op_kind>(k);
+      EXPECT_EQ(host[d][kind].calls, mpi[d][kind].calls) << "device " << d << " " << name_of(kind);
+      EXPECT_EQ(host[d][kind].bytes_sent, mpi[d][kind].bytes_sent) << "device " << d << " " << name_of(kind);
+      EXPECT_EQ(host[d][kind].bytes_received, mpi[d][kind].bytes_received) << "device " << d << " " << name_of(kind);
+    }
+}
+
+void check_partition(const partition& part) {
+  const int n = world_size();
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1000}}) {
+    auto [host, mpi] = on_both(n, [&](device& dev) { return every_collective(dev, part, count); });
+    expect_same_traffic(host, mpi);
+  }
+}
+
+std::vector<int> scrambled(int n) {
+  std::vector<int> d(n);
+  std::iota(d.begin(), d.end(), 0);
+  std::mt19937 rng(7);
+  std::shuffle(d.begin(), d.end(), rng);
+  return d;
+}
+
+group reversed(group g) {
+  std::reverse(g.devices.begin(), g.devices.end());
+  g.label += " reversed";
+  return g;
+}
+
+TEST(MpiCollectives, WholeWorldInOrderAndReversed) {
+  const int n = world_size();
+  std::vector<int> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  check_partition([&](int) { return group{all, "world"}; });
+  check_partition([&](int) { return reversed(group{all, "world"}); });
+  check_partition([&](int) { return group{scrambled(n), "world scrambled"}; });
+  check_partition([&](int d) { return group{{d}, "alone"}; });
+}
+
+TEST(MpiCollectives, AxesOfA2dMesh) {
+  const int n = world_size();
+  typemesh::mesh<"m2", a0, a1> m({2, n / 2}, scrambled(n));
+  check_partition([&](int d) { return m.group_along<a0>(d); });
+  check_partition([&](int d) { return m.group_along<a1>(d); });
+  check_partition([&](int d) { return m.group_along<a0, a1>(d); });
+  check_partition([&](int d) { return reversed(m.group_along<a1>(d)); });
+}
+
+TEST(MpiCollectives, AxesOfA3dMesh) {
+  const int n = world_size();
+  typemesh::mesh<"m3", a0, a1, a2> m({n / 4, 2, 2});
+  check_partition([&](int d) { return m.group_along<a0>(d); });
+  check_partition([&](int d) { return m.group_along<a1>(d); });
+  check_partition([&](int d) { return m.group_along<a2>(d); });
+  check_partition([&](int d) { return m.group_along<a0, a2>(d); });
+  check_partition([&](int d) { return reversed(m.group_along<a1, a2>(d)); });
+}
+
+TEST(MpiCollectives, LargeAllreduceIsBitIdenticalOnAllMembers) {
+  const int n = world_size();
+  auto results = launch(n, [&](device& dev) {
+    std::vector<float> v(1 << 18);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 1.0f / (1 + dev.id() + i % 13) + 1e-7f * i;
+    std::vector<int> all(n);
+    std::iota(all.begin(), all.end(), 0);
+    dev.allreduce<float>(group{all, "all"}, v);
+    return v;  // gathered on every rank through Boost.Serialization
+  });
+  ASSERT_EQ(results.size(), static_cast<std::size_t>(n));
+  for (int d = 1; d < n; ++d) EXPECT_EQ(results[d], results[0]);
+}
+
+TEST(MpiSendRecv, BetweenTwoMeshesWithTagsAndLargeMessages) {
+  const int n = world_size(), half = n / 2;
+  std::vector<int> first(half), second(half);
+  std::iota(first.begin(), first.end(), 0);
+  for (int i = 0; i < half; ++i) second[i] = n - 1 - i;  // reversed
+  typemesh::mesh<"a", a0> ma({half}, first);
+  typemesh::mesh<"b", a0> mb({half}, second);
+  auto body = [&](device& dev) {
+    std::vector<double> got;
+    if (ma.contains(dev.id())) {
+      const int i = (*ma.coordinate_of(dev.id()))[0], peer = mb.device_at({i});
+      std::vector<std::int32_t> small{dev.id(), 7, -3};
+      std::vector<double> large(300'000, dev.id() + 0.5);  // beyond any eager limit
+      dev.send<std::int32_t>(peer, small, 5);
+      dev.send<double>(peer, large, 6);
+      std::vector<double> back(2);
+      dev.recv<double>(peer, back, 7);
+      got = back;
+    } else {
+      const int i = (*mb.coordinate_of(dev.id()))[0], peer = ma.device_at({i});
+      std::vector<std::int32_t> small(3);
+      std::vector<double> large(300'000);
+      dev.recv<double>(peer, large, 6);  // the other tag first
+      dev.recv<std::int32_t>(peer, small, 5);
+      EXPECT_EQ(small, (std::vector<std::int32_t>{peer, 7, -3}));
+      EXPECT_TRUE(std::all_of(large.begin(), large.end(), [&](double x) { return x == peer + 0.5; }));
+      std::vector<double> reply{double(dev.id()), large.back()};
+      dev.send<double>(peer, reply, 7);
+      got = reply;
+    }
+    return std::make_pair(got, dev.traffic()[op_kind::recv].bytes_received + dev.traffic()[op_kind::send].bytes_sent);
+  };
+  auto [host, mpi] = on_both(n, body);
+  ASSERT_EQ(mpi.size(), static_cast<std::size_t>(n));
+  EXPECT_EQ(host, mpi);
+  for (int d = 0; d < half; ++d) EXPECT_EQ(mpi[d].first, (std::vector<double>{double(n - 1 - d), d + 0.5}));
+}
+
+TEST(MpiLaunch, ResultsAreIndexedByDeviceOnEveryRank) {
+  const int n = world_size();
+  auto ids = launch(n, [](device& dev) { return dev.id() * dev.count(); });
+  auto same = launch(n, [] { return typemesh::this_device().id(); });
+  auto names = launch(n, [](device& dev) { return std::string(dev.id() + 1, 'x'); });
+  ASSERT_EQ(ids.size(), static_cast<std::size_t>(n));
+  for (int d = 0; d < n; ++d) {
+    EXPECT_EQ(ids[d], d * n);
+    EXPECT_EQ(same[d], d);
+    EXPECT_EQ(names[d], std::string(d + 1, 'x'));
+  }
+  expect_error<typemesh::device_error>([] { typemesh::this_device(); }, {"inside typemesh::launch"});
+}
+
+TEST(MpiLaunch, DeviceCountOtherThanRanksIsAnErrorOnEveryRank) {
+  const int n = world_size();
+  bool ran = false;
+  expect_error<typemesh::device_error>([&] { launch(n + 1, [&] { ran = true; }); },
+                                       {"launch asks for " + std::to_string(n + 1) + " devices",
+                                        "the MPI job has " + std::to_string(n) + " ranks", "mpirun -np"});
+  EXPECT_FALSE(ran);
+}
+
+TEST(MpiFailures, RecvTimesOutAndWrongSizesAreNamed) {
+  const int n = world_size();
+  launch({.devices = n, .timeout = 200ms}, [&](device& dev) {
+    std::vector<float> v(3), w(5);
+    if (dev.id() == 1) {
+      expect_error<typemesh::timeout_error>([&] { dev.recv<float>(0, v, 9); },
+                                            {"recv on device 1 from device 0 (tag 9) timed out after 200 ms"});
+    }
+    if (dev.id() == 0) dev.send<float>(1, v, 4);
+    if (dev.id() == 1) {
+      expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, w, 4); },
+                                               {"device 1 expects 5 f32 from device 0 (tag 4)", "holds 12 bytes"});
+    }
+    expect_error<typemesh::device_error>([&] { dev.send<float>((dev.id() + 1) % n, v, -1); }, {"tag -1"});
+    dev.barrier(group{{0, 1}, "pair"}.index_of(dev.id()) >= 0 ? group{{0, 1}, "pair"} : group{{dev.id()}, "alone"});
+  });
+}
+
+// Tensor-level checks of tests/tensor_test.cpp, on both backends.
+using S = typemesh::shape<d0, d1, d2>;
+using whole = typemesh::host_tensor<float, S>;
+
+whole numbered(const S& s) {
+  whole h(s);
+  for (std::size_t i = 0; i < h.size(); ++i) h.values()[i] = static_cast<float>(i);
+  return h;
+}
+
+struct relation {
+  const char* name;
+  std::array<int, 2> sizes;
+  std::vector<int> devices;
+};
+
+std::vector<relation> relations(int n) {
+  std::vector<int> all(n), halves_swapped(n);
+  std::iota(all.begin(), all.end(), 0);
+  for (int i = 0; i < n; ++i) halves_swapped[i] = (i + n / 2) % n;
+  return {{"all", {2, n / 2}, all},
+          {"first half", {2, n / 4}, {all.begin(), all.begin() + n / 2}},
+          {"halves swapped", {2, n / 2}, halves_swapped},
+          {"scrambled", {n, 1}, scrambled(n)}};
+}
+
+template <class Layout>
+void round_trip() {
+  const int n = world_size();
+  const S s{8, 8, 8};
+  const whole h = numbered(s);
+  using M = typemesh::mesh<"t", a0, a1>;
+  for (const auto& r : relations(n)) {
+    SCOPED_TRACE(r.name);
+    auto [host, mpi] = on_both(n, [&](device& dev) {
+      M m(r.sizes, r.devices);
+      auto x = typemesh::import_tensor<Layout>(m, h);
+      EXPECT_EQ(dev.traffic().calls(), 0u);
+      expect_local(x, [&](auto g) { return h[g]; });
+      auto back = typemesh::export_tensor(x);
+      if (!m.contains(dev.id())) {
+        EXPECT_TRUE(back.empty());
+      } else {
+        EXPECT_EQ(back, h);
+        EXPECT_EQ(dev.traffic().bytes_received(), (h.size() - x.local().size()) * sizeof(float));
+      }
+      return dev.traffic();
+    });
+    expect_same_traffic(host, mpi);
+  }
+}
+
+TEST(MpiTensor, ImportExportRoundTrip) {
+  using typemesh::layout;
+  round_trip<typemesh::replicated>();
+  round_trip<layout<d0(a0)>>();
+  round_trip<layout<d0(a0), d2(a1)>>();
+  round_trip<layout<d1(a0), d2(a1)>>();
+}
+
+TEST(MpiTensor, AllconcatAllsplitAlltoallKeepTheValues) {
+  using typemesh::layout;
+  const int n = world_size();
+  const S s{4, 8, 4};
+  const whole h = numbered(s);
+  std::vector<int> devices(n);
+  for (int i = 0; i < n; ++i) devices[i] = (i + n / 2) % n;
+  auto [host, mpi] = on_both(n, [&](device& dev) {
+    typemesh::mesh<"t", a0, a1> m({2, n / 2}, devices);
+    auto x = typemesh::import_tensor<layout<d0(a0), d2(a1)>>(m, h);
+    auto at = [&](auto g) { return h[g]; };
+    auto y = typemesh::allconcat<d0>(x);
+    expect_local(y, at);
+    EXPECT_EQ(dev.traffic()[op_kind::allgather].bytes_received, x.local().size() * sizeof(float));
+    auto z = typemesh::allsplit<d1, a0>(y);
+    expect_local(z, at);
+    auto w = typemesh::alltoall<d2, d0>(z);
+    expect_local(w, at);
+    EXPECT_EQ(typemesh::export_tensor(w), h);
+    return dev.traffic();
+  });
+  expect_same_traffic(host, mpi);
+}
+
+// --- The failure modes that end the job (registered with expected output) ---
+
+int fail(const std::string& how) {
+  const int n = world_size();
+  if (how == "throw") {
+    launch(n, [&](device& dev) {
+      if (dev.id() == 2) throw std::runtime_error("loss is NaN on device 2");
+      std::vector<float> v(4, 1.0f);
+      std::vector<int> all(n);
+      std::iota(all.begin(), all.end(), 0);
+      dev.allreduce<float>(group{all, "all"}, v);  // waits for device 2: default timeout is a minute
+    });
+  } else if (how == "timeout") {
+    launch({.devices = n, .timeout = 300ms}, [&](device& dev) {
+      std::vector<float> v(4, 1.0f);
+      if (dev.id() == 1) std::this_thread::sleep_for(20s);  // never joins
+      else dev.allreduce<float>(group{{0, 1}, "pair"}, v);
+    });
+  }
+  return 0;  // not reached: the job is aborted
+}
+
+// On ranks other than 0: only failures, each prefixed with the rank.
+class failures_only : public testing::EmptyTestEventListener {
+ public:
+  explicit failures_only(int rank) : rank_(rank) {}
+  void OnTestPartResult(const testing::TestPartResult& r) override {
+    if (r.failed()) {
+      std::printf("[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?", r.line_number(),
+                  r.message());
+      std::fflush(stdout);
+    }
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, code = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string mode = argc > 1 ? argv[1] : "";
+  if (mode.rfind("--fail=", 0) == 0) {
+    code = fail(mode.substr(7));
+  } else {
+    testing::InitGoogleTest(&argc, argv);
+    if (rank != 0) {  // one report: other ranks print only their failures
+      auto& listeners = testing::UnitTest::GetInstance()->listeners();
+      delete listeners.Release(listeners.default_result_printer());
+      listeners.Append(new failures_only(rank));
+    }
+    int failed = RUN_ALL_TESTS() != 0;
+    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    code = failed;
+    if (rank == 0) std::printf("mpi tests on %d ranks: %s\n", world_size(), failed ? "FAILED" : "passed");
+  }
+  MPI_Finalize();
+  return code;
+}
