@@ -9,6 +9,7 @@
 // summed over the dims it lacks, with an allreduce where such a dim is split.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <type_traits>
 
@@ -61,19 +62,20 @@ using canonical_t = tensor<typename Tensor::value_type, typename Tensor::shape_t
                            canonical<typename Tensor::shape_type, typename Tensor::layout_type>,
                            typename Tensor::mesh_type>;
 
-// The gradient of an input x from a contribution g shaped like the output:
-// summed over the dims x lacks.
-template <class X, class G>
-auto sum_back_to(const X& x, const G& g) {
-  using S = typename X::shape_type;
-  using L = canonical<S, typename X::layout_type>;
+// The gradient of an input of shape S (layout L) from a contribution g shaped
+// like the output: summed over the dims the input lacks.
+template <class S, class L, class G>
+auto sum_back_to(const G& g, const S& input_shape) {
   if constexpr (std::is_same_v<typename G::shape_type, S>) return g.detached();
-  else return reduce_to<S, L>(g, x.shape(), reduce_op::sum);
+  else return reduce_to<S, canonical<S, L>>(g, input_shape, reduce_op::sum);
 }
 
 // A binary op: its value f, and the contributions da(a, b, dy), db(a, b, dy)
 // to the gradients of a and b (shaped like the output, before summing).
-template <class T, class SA, class LA, class MA, class SB, class LB, class MB, class F, class DA, class DB>
+// Linear ops (add, sub) have contributions that do not depend on a and b, so
+// they keep no copy of the operands and broadcast nothing backward.
+template <bool Linear, class T, class SA, class LA, class MA, class SB, class LB, class MB, class F, class DA,
+          class DB>
 auto binary(const char* what, const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b, F f, DA da, DB db) {
   constexpr bool ok = same_mesh<MA, MB>() && compatible<SA, LA, SB, LB>();
   using M = MA;
@@ -85,46 +87,50 @@ auto binary(const char* what, const tensor<T, SA, LA, MA>& a, const tensor<T, SB
   const Out s = shape_from<Out>(a.shape(), b.shape());
   out_t out = broadcast_apply<Out, OutL>(a, b, s, f);
   if (!autodiff::recording() || !(a.tracked() || b.tracked())) return out;
-  // Each input's gradient needs the other input (and maybe itself), broadcast.
-  auto av = a.detached();
-  auto bv = b.detached();
-  return record(std::move(out), what, gradient_of(a, [av, bv, s, da](const out_t& dy) {
-                  auto ab = broadcast_apply<Out, OutL>(av, bv, s, [](T x, T) { return x; });
-                  auto bb = broadcast_apply<Out, OutL>(av, bv, s, [](T, T y) { return y; });
-                  out_t g(dy.mesh(), s, uninitialized);
-                  auto gv = g.local();
-                  std::span<const T> x = ab.local(), y = bb.local(), d = dy.local();
-                  for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = da(x[i], y[i], d[i]);
-                  return sum_back_to(av, g);
+  std::optional<tensor<T, SA, LA, M>> av;
+  std::optional<tensor<T, SB, LB, MB>> bv;
+  if constexpr (!Linear) av = a.detached(), bv = b.detached();
+  // One input's contribution d_of(a, b, dy), elementwise over the output.
+  auto contribution = [s](const out_t& dy, const auto& av, const auto& bv, auto d_of) {
+    out_t g(dy.mesh(), s, uninitialized);
+    std::span<T> gv = g.local();
+    std::span<const T> d = dy.local();
+    if constexpr (Linear) {
+      for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = d_of(T{}, T{}, d[i]);
+    } else {
+      const auto ab = broadcast_apply<Out, OutL>(*av, *bv, s, [](T x, T) { return x; });
+      const auto bb = broadcast_apply<Out, OutL>(*av, *bv, s, [](T, T y) { return y; });
+      std::span<const T> x = ab.local(), y = bb.local();
+      for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = d_of(x[i], y[i], d[i]);
+    }
+    return g;
+  };
+  return record(std::move(out), what, gradient_of(a, [=, sa = a.shape()](const out_t& dy) {
+                  return sum_back_to<SA, LA>(contribution(dy, av, bv, da), sa);
                 }),
-                gradient_of(b, [av, bv, s, db](const out_t& dy) {
-                  auto ab = broadcast_apply<Out, OutL>(av, bv, s, [](T x, T) { return x; });
-                  auto bb = broadcast_apply<Out, OutL>(av, bv, s, [](T, T y) { return y; });
-                  out_t g(dy.mesh(), s, uninitialized);
-                  auto gv = g.local();
-                  std::span<const T> x = ab.local(), y = bb.local(), d = dy.local();
-                  for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = db(x[i], y[i], d[i]);
-                  return sum_back_to(bv, g);
+                gradient_of(b, [=, sb = b.shape()](const out_t& dy) {
+                  return sum_back_to<SB, LB>(contribution(dy, av, bv, db), sb);
                 }));
 }
 
 }  // namespace ops_detail
 
-#define TYPEMESH_BINARY(NAME, F, DA, DB)                                                                        \
+#define TYPEMESH_BINARY(NAME, LINEAR, F, DA, DB)                                                                \
   template <class T, class SA, class LA, class MA, class SB, class LB, class MB>                                \
   auto NAME(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {                                   \
-    return ops_detail::binary(                                                                                  \
+    return ops_detail::binary<LINEAR>(                                                                          \
         #NAME, a, b, [](T x, T y) -> T { return F; }, [](T x, T y, T d) -> T { return DA; },                    \
         [](T x, T y, T d) -> T { return DB; });                                                                 \
   }
 
-// Each line: the value of x op y, and the contributions d * df/dx and d * df/dy.
-TYPEMESH_BINARY(add, x + y, ((void)x, (void)y, d), ((void)x, (void)y, d))
-TYPEMESH_BINARY(sub, x - y, ((void)x, (void)y, d), ((void)x, (void)y, -d))
-TYPEMESH_BINARY(mul, x* y, ((void)x, d * y), ((void)y, d * x))
-TYPEMESH_BINARY(div, x / y, ((void)x, d / y), -d * x / (y * y))
-TYPEMESH_BINARY(maximum, x < y ? y : x, x < y ? T{0} : d, x < y ? d : T{0})
-TYPEMESH_BINARY(minimum, y < x ? y : x, y < x ? T{0} : d, y < x ? d : T{0})
+// Each line: whether the op is linear, the value of x op y, and the
+// contributions d * df/dx and d * df/dy.
+TYPEMESH_BINARY(add, true, x + y, ((void)x, (void)y, d), ((void)x, (void)y, d))
+TYPEMESH_BINARY(sub, true, x - y, ((void)x, (void)y, d), ((void)x, (void)y, -d))
+TYPEMESH_BINARY(mul, false, x* y, ((void)x, d * y), ((void)y, d * x))
+TYPEMESH_BINARY(div, false, x / y, ((void)x, d / y), -d * x / (y * y))
+TYPEMESH_BINARY(maximum, false, x < y ? y : x, x < y ? T{0} : d, x < y ? d : T{0})
+TYPEMESH_BINARY(minimum, false, y < x ? y : x, y < x ? T{0} : d, y < x ? d : T{0})
 #undef TYPEMESH_BINARY
 
 template <class T, class SA, class LA, class MA, class SB, class LB, class MB>
