@@ -28,6 +28,7 @@
 #include "typemesh/core/group.hpp"
 #include "typemesh/runtime/communicator.hpp"
 #include "typemesh/runtime/dtype.hpp"
+#include "typemesh/runtime/member_order.hpp"
 #include "typemesh/runtime/traffic.hpp"
 
 namespace typemesh {
@@ -191,7 +192,7 @@ class host_communicator {
       std::vector<T> mine(e - b);  // outlives the session: peers read it until the closing meeting
       session s(*this, g, {op_kind::allreduce, n, t, op, 0, in, out});
       // Phase 1: reduce this member's chunk from every member's input.
-      reduce_into<T>(mine.data(), s.inputs<T>(), b, e - b, op);
+      detail::reduce_in_member_order<T>(mine.data(), s.inputs<T>(), b, e - b, op);
       s.publish_scratch(mine.data());
       s.wait("allreduce");
       // Phase 2: gather the reduced chunks.
@@ -213,7 +214,7 @@ class host_communicator {
   void reduce_scatter(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
     with_dtype(t, [&]<class T>() {
       session s(*this, g, {op_kind::reduce_scatter, n, t, op, 0, in, out});
-      reduce_into<T>(static_cast<T*>(out), s.inputs<T>(), s.member * n, n, op);
+      detail::reduce_in_member_order<T>(static_cast<T*>(out), s.inputs<T>(), s.member * n, n, op);
     });
   }
 
@@ -305,29 +306,6 @@ class host_communicator {
     int member;
     int exceptions_at_start = std::uncaught_exceptions();
   };
-
-  template <class T>
-  static void reduce_into(T* out, const std::vector<const T*>& in, std::size_t offset, std::size_t n, reduce_op op) {
-    if (n == 0) return;  // an empty chunk's pointers may be null
-    std::memcpy(out, in[0] + offset, n * sizeof(T));
-    for (std::size_t j = 1; j < in.size(); ++j) {
-      const T* src = in[j] + offset;
-      switch (op) {
-        case reduce_op::sum:
-          for (std::size_t i = 0; i < n; ++i) out[i] += src[i];
-          break;
-        case reduce_op::max:
-          for (std::size_t i = 0; i < n; ++i) out[i] = std::max(out[i], src[i]);
-          break;
-        case reduce_op::min:
-          for (std::size_t i = 0; i < n; ++i) out[i] = std::min(out[i], src[i]);
-          break;
-        case reduce_op::prod:
-          for (std::size_t i = 0; i < n; ++i) out[i] *= src[i];
-          break;
-      }
-    }
-  }
 
   host_world* world_;
   int device_;

@@ -28,10 +28,18 @@
 
 namespace typemesh {
 
+// Which backend runs the devices. automatic: MPI when the program links
+// typemesh::mpi and runs under an MPI launcher (or TYPEMESH_BACKEND=mpi),
+// else host threads. host: threads of this process, also under mpirun (a
+// reference run inside each rank). mpi: one device per rank, or an error in a
+// program built without MPI.
+enum class backend_kind { automatic, host, mpi };
+
 struct launch_options {
   int devices = 1;
   // How long any one wait (a collective, a recv) may take before it fails.
   std::chrono::milliseconds timeout{60'000};
+  backend_kind backend = backend_kind::automatic;
 };
 
 namespace detail {
@@ -56,6 +64,19 @@ decltype(auto) call_on(F& f, device& d) {
 inline bool mpi_requested();  // runtime/mpi_launch.hpp
 #endif
 
+inline bool runs_on_mpi(backend_kind b) {
+#ifdef TYPEMESH_WITH_MPI
+  return b == backend_kind::mpi || (b == backend_kind::automatic && mpi_requested());
+#else
+  if (b == backend_kind::mpi) {
+    throw device_error(
+        "launch asks for the MPI backend, but this program was built without it: link the typemesh::mpi CMake target "
+        "(docs/mpi.md)");
+  }
+  return false;
+#endif
+}
+
 }  // namespace detail
 
 // Runs f on every device; f takes a typemesh::device& or nothing. Returns the
@@ -63,7 +84,9 @@ inline bool mpi_requested();  // runtime/mpi_launch.hpp
 template <class F>
 auto launch(const launch_options& options, F&& f) {
 #ifdef TYPEMESH_WITH_MPI
-  if (detail::mpi_requested()) return mpi_launch(options, f);
+  if (detail::runs_on_mpi(options.backend)) return mpi_launch(options, f);
+#else
+  detail::runs_on_mpi(options.backend);
 #endif
   using result = decltype(detail::call_on(f, std::declval<device&>()));
   constexpr bool returns = !std::is_void_v<result>;

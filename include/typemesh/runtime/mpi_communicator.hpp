@@ -5,11 +5,13 @@
 //
 // A group maps to a communicator whose ranks are the group's members in member
 // order, created once with MPI_Comm_create_group (only the members take part)
-// and cached by the group's device list. Collectives are MPI's nonblocking
-// ones on that communicator, so member m of the group is rank m there and the
-// results land in member order. Reductions run in whatever order the MPI
-// library chooses: every member gets the same result, but float sums may
-// differ in the last bits from the host backend's member-order reduction.
+// and cached by the group's device list. allgather, alltoall, broadcast and
+// barrier are MPI's nonblocking collectives on that communicator, so member m
+// of the group is rank m there and the results land in member order.
+// Reductions (allreduce, reduce_scatter) are point-to-point messages instead:
+// each member receives its chunk from every member and folds the pieces in
+// member order, as the host backend does, so float results are bit-identical
+// on both backends (MPI's own reductions choose their order).
 //
 // Nothing waits forever: every wait polls its request until the launch
 // timeout and then throws timeout_error naming the collective, the group and
@@ -43,6 +45,7 @@
 #include "typemesh/core/group.hpp"
 #include "typemesh/runtime/communicator.hpp"
 #include "typemesh/runtime/dtype.hpp"
+#include "typemesh/runtime/member_order.hpp"
 
 namespace typemesh {
 
@@ -87,7 +90,9 @@ class mpi_state {
   // with the program's own MPI traffic or with another launch's.
   mpi_state(MPI_Comm world, std::chrono::milliseconds timeout) : timeout_(timeout) {
     check(MPI_Comm_dup(world, &world_), "MPI_Comm_dup");
+    check(MPI_Comm_dup(world, &everyone_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(everyone_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(world_, &rank_);
     MPI_Comm_size(world_, &size_);
   }
@@ -104,6 +109,7 @@ class mpi_state {
       MPI_Request_free(&s.request);
     }
     for (auto& [devices, comm] : groups_) MPI_Comm_free(&comm);
+    MPI_Comm_free(&everyone_);
     MPI_Comm_free(&world_);
   }
 
@@ -112,12 +118,12 @@ class mpi_state {
   MPI_Comm world() const { return world_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
-  // The communicator of g: rank m is member m. The whole world in rank order
-  // is the run's communicator itself.
+  // The communicator of g: rank m is member m. Collectives never use world(),
+  // which carries the program's send/recv, so their messages cannot meet.
   MPI_Comm comm_for(const group& g) {
     bool identity = g.size() == size_;
     for (int i = 0; identity && i < g.size(); ++i) identity = g.devices[i] == i;
-    if (identity) return world_;
+    if (identity) return everyone_;
     auto it = groups_.find(g.devices);
     if (it != groups_.end()) return it->second;
 
@@ -153,6 +159,15 @@ class mpi_state {
       if (spins < 4096) std::this_thread::yield();
       else std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
+  }
+
+  // Reusable memory for received pieces, at least `bytes` of it.
+  std::byte* scratch(std::size_t bytes) {
+    if (bytes > scratch_size_) {
+      scratch_ = std::make_unique_for_overwrite<std::byte[]>(bytes);
+      scratch_size_ = bytes;
+    }
+    return scratch_.get();
   }
 
   std::chrono::steady_clock::time_point deadline() const { return std::chrono::steady_clock::now() + timeout_; }
@@ -209,10 +224,12 @@ class mpi_state {
   }
 
   std::chrono::milliseconds timeout_;
-  MPI_Comm world_ = MPI_COMM_NULL;
+  MPI_Comm world_ = MPI_COMM_NULL, everyone_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 0;
   std::map<std::vector<int>, MPI_Comm> groups_;
   std::vector<pending_send> sends_;
+  std::unique_ptr<std::byte[]> scratch_;
+  std::size_t scratch_size_ = 0;
 };
 
 // This process's device; a model of typemesh::communicator.
@@ -223,18 +240,39 @@ class mpi_communicator {
   int device() const { return s_->rank(); }
   int device_count() const { return s_->size(); }
 
+  // Phase 1 (a reduce-scatter) leaves chunk `me` reduced on member me; phase 2
+  // (an allgather) sends it to every member. Chunks as the host backend's.
   void allreduce(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
-    if (t == dtype::u8) {
-      widened(in, out, n, n, [&](const void* wide_in, void* wide_out) {
-        collective("allreduce", g, [&](MPI_Comm c, MPI_Request* r) {
-          return MPI_Iallreduce(wide_in, wide_out, count(n), MPI_UINT32_T, detail::mpi_op(op), c, r);
-        });
-      });
-      return;
-    }
-    collective("allreduce", g, [&](MPI_Comm c, MPI_Request* r) {
-      return MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, count(n), detail::mpi_datatype(t), detail::mpi_op(op),
-                            c, r);
+    with_dtype(t, [&]<class T>() {
+      const std::size_t gs = g.size(), me = g.index_of(device());
+      auto begin = [&](std::size_t j) { return j * n / gs; };
+      const std::size_t own = begin(me + 1) - begin(me);
+      const T* src = static_cast<const T*>(in);
+      T* dst = static_cast<T*>(out);
+      // Slot j receives member j's piece of chunk `me`; slot `me` keeps this
+      // member's own piece when the call is in place (out overwrites it).
+      T* slots = reinterpret_cast<T*>(s_->scratch(gs * own * sizeof(T)));
+      std::vector<piece> receives, sends;
+      std::vector<const T*> pieces(gs);
+      for (std::size_t j = 0; j < gs; ++j) {
+        if (j == me) continue;
+        receives.push_back({static_cast<int>(j), slots + j * own, own});
+        sends.push_back({static_cast<int>(j), const_cast<T*>(src) + begin(j), begin(j + 1) - begin(j)});
+        pieces[j] = slots + j * own;
+      }
+      pieces[me] = src + begin(me);
+      if (src == dst && own) pieces[me] = static_cast<const T*>(std::memcpy(slots + me * own, src + begin(me), own * sizeof(T)));
+      exchange("allreduce", g, reduce_tag, t, receives, sends);
+      detail::reduce_in_member_order<T>(dst + begin(me), pieces, 0, own, op);
+
+      receives.clear();
+      sends.clear();
+      for (std::size_t j = 0; j < gs; ++j) {
+        if (j == me) continue;
+        receives.push_back({static_cast<int>(j), dst + begin(j), begin(j + 1) - begin(j)});
+        sends.push_back({static_cast<int>(j), dst + begin(me), own});
+      }
+      exchange("allreduce", g, gather_tag, t, receives, sends);
     });
   }
 
@@ -246,16 +284,20 @@ class mpi_communicator {
   }
 
   void reduce_scatter(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
-    if (t == dtype::u8) {
-      widened(in, out, g.size() * n, n, [&](const void* wide_in, void* wide_out) {
-        collective("reduce_scatter", g, [&](MPI_Comm c, MPI_Request* r) {
-          return MPI_Ireduce_scatter_block(wide_in, wide_out, count(n), MPI_UINT32_T, detail::mpi_op(op), c, r);
-        });
-      });
-      return;
-    }
-    collective("reduce_scatter", g, [&](MPI_Comm c, MPI_Request* r) {
-      return MPI_Ireduce_scatter_block(in, out, count(n), detail::mpi_datatype(t), detail::mpi_op(op), c, r);
+    with_dtype(t, [&]<class T>() {
+      const std::size_t gs = g.size(), me = g.index_of(device());
+      const T* src = static_cast<const T*>(in);
+      T* slots = reinterpret_cast<T*>(s_->scratch(gs * n * sizeof(T)));
+      std::vector<piece> receives, sends;
+      std::vector<const T*> pieces(gs, src + me * n);
+      for (std::size_t j = 0; j < gs; ++j) {
+        if (j == me) continue;
+        receives.push_back({static_cast<int>(j), slots + j * n, n});
+        sends.push_back({static_cast<int>(j), const_cast<T*>(src) + j * n, n});
+        pieces[j] = slots + j * n;
+      }
+      exchange("reduce_scatter", g, reduce_tag, t, receives, sends);
+      detail::reduce_in_member_order<T>(static_cast<T*>(out), pieces, 0, n, op);
     });
   }
 
@@ -326,26 +368,43 @@ class mpi_communicator {
       throw collective_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, ") on device ",
                                          device(), " failed: ", detail::mpi_error_string(rc)));
     }
-    if (!s_->wait(request, s_->deadline())) {
-      throw timeout_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, ") on device ",
-                                      device(), " timed out after ", s_->timeout().count(),
-                                      " ms: not every member joined (MPI does not tell which are missing)"));
-    }
+    if (!s_->wait(request, s_->deadline())) throw collective_timeout(what, g);
   }
 
   static int count(std::size_t n) { return mpi_state::mpi_count(n); }
 
-  // Open MPI 4.1's nonblocking reductions of 1-byte integers go wrong from
-  // about 100 elements (MPI_Iallreduce of MPI_UINT8_T, MPI_SUM, 4 ranks), so
-  // u8 reductions run on uint32 and are narrowed back: sum and prod modulo
-  // 256, min and max are the same as on uint8.
-  template <class Run>
-  static void widened(const void* in, void* out, std::size_t in_count, std::size_t out_count, Run run) {
-    const auto* bytes = static_cast<const std::uint8_t*>(in);
-    std::vector<std::uint32_t> wide_in(bytes, bytes + in_count), wide_out(out_count);
-    run(wide_in.data(), wide_out.data());
-    auto* narrow = static_cast<std::uint8_t*>(out);
-    for (std::size_t i = 0; i < out_count; ++i) narrow[i] = static_cast<std::uint8_t>(wide_out[i]);
+  timeout_error collective_timeout(std::string_view what, const group& g) const {
+    return timeout_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, ") on device ",
+                                     device(), " timed out after ", s_->timeout().count(),
+                                     " ms: not every member joined (MPI does not tell which are missing)"));
+  }
+
+  // One message of an exchange: `count` elements to or from member `member`.
+  struct piece {
+    int member;
+    void* data;
+    std::size_t count;
+  };
+  // Tags of the reductions' messages on a group's communicator, which carries
+  // nothing else point to point. Messages between two ranks with one tag
+  // arrive in order, so consecutive collectives cannot mix.
+  static constexpr int reduce_tag = 1, gather_tag = 2;
+
+  // Posts every receive, then every send, among g's members and waits for all.
+  void exchange(std::string_view what, const group& g, int tag, dtype t, const std::vector<piece>& receives,
+                const std::vector<piece>& sends) {
+    MPI_Comm comm = s_->comm_for(g);
+    const MPI_Datatype type = detail::mpi_datatype(t);
+    std::vector<MPI_Request> requests(receives.size() + sends.size(), MPI_REQUEST_NULL);
+    std::size_t r = 0;
+    for (const piece& p : receives)
+      s_->check(MPI_Irecv(p.data, count(p.count), type, p.member, tag, comm, &requests[r++]), "MPI_Irecv");
+    for (const piece& p : sends)
+      s_->check(MPI_Isend(p.data, count(p.count), type, p.member, tag, comm, &requests[r++]), "MPI_Isend");
+    const auto deadline = s_->deadline();
+    for (MPI_Request& request : requests) {
+      if (!s_->wait(request, deadline)) throw collective_timeout(what, g);
+    }
   }
 
   void check_tag(int tag) const {

@@ -49,8 +49,8 @@ namespace typemesh {
 
 namespace detail {
 
-// Whether launch runs on MPI: TYPEMESH_BACKEND=mpi or =host decides; else an
-// MPI launcher's environment (Open MPI's mpirun, PMI or PMIx as set by MPICH's
+// Whether launch_options{.backend = automatic} runs on MPI:
+// TYPEMESH_BACKEND=mpi or =host decides; else an MPI launcher's environment (Open MPI's mpirun, PMI or PMIx as set by MPICH's
 // mpiexec and Slurm's srun --mpi=pmi2/pmix) or an MPI the program initialised.
 inline bool mpi_requested() {
   if (const char* b = std::getenv("TYPEMESH_BACKEND")) {
