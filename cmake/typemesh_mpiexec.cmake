@@ -1,0 +1,26 @@
+# How this project's tests start a program under MPI: one place for the
+# launcher's flags, included by tests/mpi/register.cmake and bench/CMakeLists.txt.
+# Needs find_package(MPI) to have run (the typemesh::mpi target exists).
+#
+#   typemesh_mpiexec(<var> <ranks>)
+#     sets <var> to the command line that starts <ranks> ranks, up to the
+#     program: ${MPIEXEC_EXECUTABLE} <flags> ${MPIEXEC_NUMPROC_FLAG} <ranks>.
+#     Append the program, ${MPIEXEC_POSTFLAGS} and the program's arguments.
+include_guard(GLOBAL)
+
+function(typemesh_mpiexec var ranks)
+  # Asking the launcher for its version runs it, so ask once per configure.
+  get_property(_known GLOBAL PROPERTY TYPEMESH_MPIEXEC_FLAGS SET)
+  if(NOT _known)
+    set(_flags ${MPIEXEC_PREFLAGS})
+    # Open MPI refuses root and more ranks than cores unless told (CI runs as
+    # root on 2 cores).
+    execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _version ERROR_QUIET)
+    if(_version MATCHES "Open MPI|OpenRTE")
+      list(PREPEND _flags --allow-run-as-root --oversubscribe)
+    endif()
+    set_property(GLOBAL PROPERTY TYPEMESH_MPIEXEC_FLAGS "${_flags}")
+  endif()
+  get_property(_flags GLOBAL PROPERTY TYPEMESH_MPIEXEC_FLAGS)
+  set(${var} ${MPIEXEC_EXECUTABLE} ${_flags} ${MPIEXEC_NUMPROC_FLAG} ${ranks} PARENT_SCOPE)
+endfunction()
