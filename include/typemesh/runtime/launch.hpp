@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -28,9 +29,9 @@
 
 namespace typemesh {
 
-// Which backend runs the devices. automatic: MPI when the program links
-// typemesh::mpi and runs under an MPI launcher (or TYPEMESH_BACKEND=mpi),
-// else host threads. host: threads of this process, also under mpirun (a
+// Which backend runs the devices. automatic: TYPEMESH_BACKEND (host or mpi)
+// if set, else MPI when the program links typemesh::mpi and runs under an
+// MPI launcher, else host threads. host: threads of this process, also under mpirun (a
 // reference run inside each rank). mpi: one device per rank, or an error in a
 // program built without MPI.
 enum class backend_kind { automatic, host, mpi };
@@ -60,13 +61,25 @@ decltype(auto) call_on(F& f, device& d) {
   else return f();
 }
 
+// TYPEMESH_BACKEND=host or =mpi overrides the automatic choice; unset or
+// empty leaves it.
+inline backend_kind backend_from_environment() {
+  const char* value = std::getenv("TYPEMESH_BACKEND");
+  const std::string_view b = value ? value : "";
+  if (b.empty()) return backend_kind::automatic;
+  if (b == "host") return backend_kind::host;
+  if (b == "mpi") return backend_kind::mpi;
+  throw device_error(detail::cat("TYPEMESH_BACKEND is '", b, "': use host, mpi, or leave it unset"));
+}
+
 #ifdef TYPEMESH_WITH_MPI
-inline bool mpi_requested();  // runtime/mpi_launch.hpp
+inline bool mpi_detected();  // runtime/mpi_launch.hpp
 #endif
 
 inline bool runs_on_mpi(backend_kind b) {
+  if (b == backend_kind::automatic) b = backend_from_environment();
 #ifdef TYPEMESH_WITH_MPI
-  return b == backend_kind::mpi || (b == backend_kind::automatic && mpi_requested());
+  return b == backend_kind::mpi || (b == backend_kind::automatic && mpi_detected());
 #else
   if (b == backend_kind::mpi) {
     throw device_error(

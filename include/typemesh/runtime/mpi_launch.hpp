@@ -9,11 +9,10 @@
 // - MPI is initialised on the first such launch (Boost.MPI environment,
 //   MPI_THREAD_FUNNELED) and finalised at exit, unless the program did it.
 // - When f returns a value, every rank gets every device's result, indexed by
-//   device id, exactly as with host threads. The type must be trivially
-//   copyable (sent as bytes) or serializable with Boost.Serialization
-//   (arithmetic types, std::string, std::vector, std::pair, std::optional of
-//   such, or a class with a member serialize()); anything else fails to
-//   compile in MPI builds with a message saying so.
+//   device id, exactly as with host threads: numbers, plain structs, strings,
+//   standard containers and aggregates of such travel as they are (see
+//   runtime/mpi_gather.hpp); anything else fails to compile in MPI builds
+//   with a message saying so.
 // - An exception leaving f on any rank prints
 //     typemesh: rank R (device R of N) failed: <what()>
 //   to stderr and calls MPI_Abort, which ends every rank of the job: no rank
@@ -23,13 +22,7 @@
 
 #include <mpi.h>
 
-#include <boost/mpi/collectives.hpp>
-#include <boost/mpi/communicator.hpp>
 #include <boost/mpi/environment.hpp>
-#include <boost/serialization/optional.hpp>
-#include <boost/serialization/string.hpp>
-#include <boost/serialization/utility.hpp>
-#include <boost/serialization/vector.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -44,20 +37,17 @@
 
 #include "typemesh/runtime/launch.hpp"
 #include "typemesh/runtime/mpi_communicator.hpp"
+#include "typemesh/runtime/mpi_gather.hpp"
 
 namespace typemesh {
 
 namespace detail {
 
-// Whether launch_options{.backend = automatic} runs on MPI:
-// TYPEMESH_BACKEND=mpi or =host decides; else an MPI launcher's environment (Open MPI's mpirun, PMI or PMIx as set by MPICH's
-// mpiexec and Slurm's srun --mpi=pmi2/pmix) or an MPI the program initialised.
-inline bool mpi_requested() {
-  if (const char* b = std::getenv("TYPEMESH_BACKEND")) {
-    std::string_view backend = b;
-    if (backend == "mpi") return true;
-    if (backend == "host") return false;
-  }
+// Whether a launch left to the automatic choice (and to TYPEMESH_BACKEND)
+// runs on MPI: it does under an MPI launcher (Open MPI's mpirun; PMI or PMIx
+// as set by MPICH's mpiexec and Slurm's srun --mpi=pmi2/pmix) or when the
+// program initialised MPI itself.
+inline bool mpi_detected() {
   if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK")) return true;
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -67,50 +57,6 @@ inline bool mpi_requested() {
 inline void mpi_initialize() {
   // Finalises at exit only if it initialised MPI.
   static boost::mpi::environment environment(boost::mpi::threading::funneled, /*abort_on_exception=*/false);
-}
-
-template <class T>
-struct mpi_serializable : std::bool_constant<std::is_arithmetic_v<T> || std::is_enum_v<T>> {};
-template <class T>
-  requires requires(T& t, boost::mpi::packed_oarchive& ar) { t.serialize(ar, 0u); }
-struct mpi_serializable<T> : std::true_type {};
-template <class C, class Tr, class A>
-struct mpi_serializable<std::basic_string<C, Tr, A>> : std::true_type {};
-template <class T, class A>
-struct mpi_serializable<std::vector<T, A>> : mpi_serializable<T> {};
-template <class T>
-struct mpi_serializable<std::optional<T>> : mpi_serializable<T> {};
-template <class A, class B>
-struct mpi_serializable<std::pair<A, B>> : std::bool_constant<mpi_serializable<A>::value && mpi_serializable<B>::value> {};
-
-template <class T>
-inline constexpr bool mpi_gatherable = std::is_trivially_copyable_v<T> || mpi_serializable<T>::value;
-
-// Every rank's `value`, indexed by rank.
-template <class T>
-std::vector<T> mpi_gather_all(MPI_Comm comm, int rank, int size, T value) {
-  static_assert(mpi_gatherable<T>,
-                "typemesh: under MPI, launch gathers every device's result on every rank, so f must return a "
-                "trivially copyable type or one Boost.Serialization can serialize (see runtime/mpi_launch.hpp)");
-  std::vector<T> out;
-  if constexpr (std::is_trivially_copyable_v<T>) {
-    std::vector<std::byte> all(sizeof(T) * size);
-    MPI_Allgather(&value, sizeof(T), MPI_BYTE, all.data(), sizeof(T), MPI_BYTE, comm);
-    out.reserve(size);
-    for (int r = 0; r < size; ++r) {
-      if (r == rank) {
-        out.push_back(std::move(value));
-        continue;
-      }
-      alignas(T) std::byte storage[sizeof(T)];
-      std::memcpy(storage, all.data() + r * sizeof(T), sizeof(T));
-      out.push_back(*std::launder(reinterpret_cast<T*>(storage)));
-    }
-  } else {
-    boost::mpi::communicator c(comm, boost::mpi::comm_attach);
-    boost::mpi::all_gather(c, value, out);
-  }
-  return out;
 }
 
 [[noreturn]] inline void mpi_fail(int rank, int size, const std::string& what) {
