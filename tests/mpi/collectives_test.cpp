@@ -5,10 +5,13 @@
 //
 //   --fail=throw    rank 2 throws while the others wait: the job must end
 //   --fail=timeout  rank 1 never joins an allreduce: rank 0 times out, job ends
+//   --fail=crash    rank 2 dies of SIGSEGV: its crash line, and the job ends
+//   --fail=kill     rank 2 is killed (SIGKILL): the launcher ends the job
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -17,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "gtest_on_ranks.hpp"
 #include "support.hpp"
 
 namespace {
@@ -429,46 +433,28 @@ int fail(const std::string& how) {
       if (dev.id() == 1) std::this_thread::sleep_for(20s);  // never joins
       else dev.allreduce<float>(group{{0, 1}, "pair"}, v);
     });
+  } else if (how == "crash" || how == "kill") {
+    launch(n, [&](device& dev) {
+      if (dev.id() == 2) std::raise(how == "crash" ? SIGSEGV : SIGKILL);  // dies without a word of its own
+      std::vector<float> v(4, 1.0f);
+      std::vector<int> all(n);
+      std::iota(all.begin(), all.end(), 0);
+      dev.allreduce<float>(group{all, "all"}, v);  // waits for device 2: default timeout is a minute
+    });
   }
   return 0;  // not reached: the job is aborted
 }
-
-// On ranks other than 0: only failures, each prefixed with the rank.
-class failures_only : public testing::EmptyTestEventListener {
- public:
-  explicit failures_only(int rank) : rank_(rank) {}
-  void OnTestPartResult(const testing::TestPartResult& r) override {
-    if (r.failed()) {
-      std::printf("[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?", r.line_number(),
-                  r.message());
-      std::fflush(stdout);
-    }
-  }
-
- private:
-  int rank_;
-};
 
 }  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  int rank = 0, code = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int code = 0;
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode.rfind("--fail=", 0) == 0) {
     code = fail(mode.substr(7));
   } else {
-    testing::InitGoogleTest(&argc, argv);
-    if (rank != 0) {  // one report: other ranks print only their failures
-      auto& listeners = testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-      listeners.Append(new failures_only(rank));
-    }
-    int failed = RUN_ALL_TESTS() != 0;
-    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    code = failed;
-    if (rank == 0) std::printf("mpi tests on %d ranks: %s\n", world_size(), failed ? "FAILED" : "passed");
+    code = tt::run_tests_on_every_rank(argc, argv);
   }
   MPI_Finalize();
   return code;

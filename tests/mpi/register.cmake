@@ -5,8 +5,11 @@
 #   mpi.collectives_4, mpi.collectives_8: collectives_test.cpp (GoogleTest) on
 #     4 and 8 ranks, oversubscribed and allowed as root (CI runs as root on 2
 #     cores; the launcher's flags are in cmake/typemesh_mpiexec.cmake).
-#   mpi.abort_4, mpi.timeout_2: a failing rank and a collective a member never
-#     joins end the whole job with that rank's message instead of a hang.
+#   mpi.abort_4, mpi.timeout_2, mpi.crash_4, mpi.kill_4: a throwing rank, a
+#     collective a member never joins, a crashing rank and a killed rank end
+#     the whole job with a message naming the rank instead of a hang.
+#   mpi.programs_8, mpi.training_4: the conversion property test and a small
+#     network trained on both backends (losses and weights equal).
 include_guard(GLOBAL)
 
 if(NOT TARGET typemesh::mpi)
@@ -40,4 +43,29 @@ block(SCOPE_FOR VARIABLES)
     COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=timeout ${MPIEXEC_POSTFLAGS})
   set_tests_properties(mpi.timeout_2 PROPERTIES LABELS mpi TIMEOUT 60
     PASS_REGULAR_EXPRESSION "rank 0 \\(device 0 of 2\\) failed: typemesh: allreduce over group \\[0 1\\] \\(pair\\) on device 0 timed out after 300 ms")
+  typemesh_mpiexec(_mpiexec 4)
+  add_test(NAME mpi.crash_4
+    COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=crash ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(mpi.crash_4 PROPERTIES LABELS mpi TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "typemesh: rank 2 \\(device 2 of 4\\) crashed: SIGSEGV")
+  # SIGKILL leaves no chance to print: the launcher's own report names the rank.
+  add_test(NAME mpi.kill_4
+    COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=kill ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(mpi.kill_4 PROPERTIES LABELS mpi TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "rank 2 with PID [0-9]+ on node [^ ]+ exited on signal 9")
+
+  # Ordinary test sources as MPI programs: the conversion property test
+  # (tests/convert_test.cpp, 8 devices) and a small network trained on both
+  # backends (training_test.cpp, any even number of ranks).
+  add_executable(typemesh-mpi-programs ${CMAKE_CURRENT_LIST_DIR}/gtest_main.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/training_test.cpp ${CMAKE_CURRENT_LIST_DIR}/../convert_test.cpp)
+  target_include_directories(typemesh-mpi-programs PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
+  target_link_libraries(typemesh-mpi-programs PRIVATE typemesh::mpi GTest::gtest)
+  target_compile_options(typemesh-mpi-programs PRIVATE -Wall -Wextra)
+  typemesh_mpiexec(_mpiexec 8)
+  add_test(NAME mpi.programs_8 COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-programs> ${MPIEXEC_POSTFLAGS})
+  typemesh_mpiexec(_mpiexec 4)
+  add_test(NAME mpi.training_4
+    COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-programs> ${MPIEXEC_POSTFLAGS} --gtest_filter=Training.*)
+  set_tests_properties(mpi.programs_8 mpi.training_4 PROPERTIES LABELS mpi TIMEOUT 600)
 endblock()

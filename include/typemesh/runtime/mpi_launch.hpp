@@ -21,9 +21,14 @@
 #pragma once
 
 #include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <boost/mpi/environment.hpp>
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <iterator>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -68,6 +73,58 @@ inline void mpi_initialize() {
   std::abort();
 }
 
+// A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) inside a launch prints
+//   typemesh: rank R (device R of N) crashed: SIGSEGV (invalid memory access)
+// and then goes on as it would have (the handler that was there before, such
+// as MPI's own backtrace, or the default death), so the MPI launcher sees the
+// rank die and ends the job. The line is made beforehand: a handler may only
+// write().
+struct crash_reporter {
+  static constexpr int signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+  static inline char lines[std::size(signals)][160];
+  static inline std::size_t lengths[std::size(signals)];
+  static inline struct sigaction previous[std::size(signals)];
+
+  static void install(int rank, int size) {
+    static const bool installed = [&] {
+      for (std::size_t i = 0; i < std::size(signals); ++i) {
+        const std::string line = detail::cat("typemesh: rank ", rank, " (device ", rank, " of ", size,
+                                             ") crashed: ", signal_name(signals[i]), "\n");
+        lengths[i] = std::min(line.size(), sizeof lines[i]);
+        std::memcpy(lines[i], line.data(), lengths[i]);
+        struct sigaction report {};
+        report.sa_handler = &on_signal;
+        sigemptyset(&report.sa_mask);
+        sigaction(signals[i], &report, &previous[i]);
+      }
+      return true;
+    }();
+    (void)installed;
+  }
+
+  static const char* signal_name(int s) {
+    switch (s) {
+      case SIGSEGV: return "SIGSEGV (invalid memory access)";
+      case SIGBUS: return "SIGBUS (bus error)";
+      case SIGFPE: return "SIGFPE (arithmetic error)";
+      case SIGILL: return "SIGILL (illegal instruction)";
+      case SIGABRT: return "SIGABRT (abort)";
+    }
+    return "a signal";
+  }
+
+  // Reports, puts the previous action back and raises the signal again; it
+  // is delivered to that action as soon as this handler returns.
+  static void on_signal(int s) {
+    for (std::size_t i = 0; i < std::size(signals); ++i) {
+      if (signals[i] != s) continue;
+      (void)!::write(2, lines[i], lengths[i]);
+      sigaction(s, &previous[i], nullptr);
+    }
+    std::raise(s);
+  }
+};
+
 }  // namespace detail
 
 // launch's MPI path; called by typemesh::launch, not meant to be called directly.
@@ -83,6 +140,7 @@ auto mpi_launch(const launch_options& options, F& f) {
                                    " ranks and runs one device per rank: start it with ", options.devices,
                                    " ranks (mpirun -np ", options.devices, ")"));
   }
+  detail::crash_reporter::install(rank, size);
   auto state = std::make_shared<mpi_state>(MPI_COMM_WORLD, options.timeout);
   device dev{mpi_communicator(state)};
   device* previous = std::exchange(detail::current_device(), &dev);
