@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -44,6 +45,23 @@ struct program_info {
 [[noreturn]] inline void usage(const program_info& p, const std::string& problem, int status = 2) {
   std::fprintf(status ? stderr : stdout, "%s: %s\nusage: %s\n", p.name, problem.c_str(), p.synopsis);
   std::exit(status);
+}
+
+// A byte count such as 1048576, 1M, 64MiB or 2G given to `flag`; a bad one
+// ends the program with a usage message.
+inline std::size_t parse_byte_count(const program_info& p, std::string_view flag, const std::string& text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 15) {
+    usage(p, std::string(flag) + " wants a byte count such as 1048576, 1M or 64MiB, not '" + text + "'");
+  }
+  std::string unit;
+  for (char c : text.substr(digits)) unit += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.ends_with("IB")) unit.resize(unit.size() - 2);
+  else if (unit.size() == 2 && unit.ends_with("B")) unit.resize(1);
+  const int shift = unit.empty() || unit == "B" ? 0 : unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : -1;
+  if (shift < 0) usage(p, "unknown unit '" + text.substr(digits) + "' in " + std::string(flag) + " (use K, M or G)");
+  return static_cast<std::size_t>(std::stoull(text.substr(0, digits))) << shift;
 }
 
 // The flags every benchmark takes.

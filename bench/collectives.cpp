@@ -86,29 +86,12 @@ constexpr program_info program{
 
 [[noreturn]] void usage(const std::string& problem) { typemesh_bench::usage(program, problem); }
 
-std::size_t parse_bytes(const std::string& text) {
-  std::size_t pos = 0;
-  unsigned long long v = 0;
-  try {
-    v = std::stoull(text, &pos);
-  } catch (const std::exception&) {
-    usage("--max-bytes wants a byte count such as 1048576, 1M or 64MiB, not '" + text + "'");
-  }
-  std::string unit = text.substr(pos);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (unit.ends_with("IB")) unit.resize(unit.size() - 2);
-  else if (unit.size() > 1 && unit.ends_with("B")) unit.resize(unit.size() - 1);
-  int shift = unit.empty() || unit == "B" ? 0 : unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : -1;
-  if (shift < 0) usage("unknown unit '" + text.substr(pos) + "' in --max-bytes (use K, M or G)");
-  return static_cast<std::size_t>(v) << shift;
-}
-
 options parse(int argc, char** argv) {
   options o;
   parse_flags(argc, argv, program, "measures the host backend's collectives against memcpy (see the source's header)", o,
               [&](std::string_view a, auto& value) {
                 if (a == "--pow4") o.pow4 = true;
-                else if (a == "--max-bytes") o.max_bytes = parse_bytes(value());
+                else if (a == "--max-bytes") o.max_bytes = parse_byte_count(program, "--max-bytes", value());
                 else return false;
                 return true;
               });
