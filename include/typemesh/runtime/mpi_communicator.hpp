@@ -95,6 +95,12 @@ class mpi_state {
     MPI_Comm_set_errhandler(everyone_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(world_, &rank_);
     MPI_Comm_size(world_, &size_);
+    // The ranks on this node: more than its cores, and spinning would starve them.
+    MPI_Comm node = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    MPI_Comm_size(node, &ranks_on_node_);
+    MPI_Comm_free(&node);
+    oversubscribed_ = ranks_on_node_ > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
 
   mpi_state(const mpi_state&) = delete;
@@ -114,6 +120,7 @@ class mpi_state {
   }
 
   int rank() const { return rank_; }
+  int ranks_on_node() const { return ranks_on_node_; }
   int size() const { return size_; }
   MPI_Comm world() const { return world_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
@@ -149,15 +156,31 @@ class mpi_state {
 
   // Polls `request` until it completes (true) or the timeout passes (false).
   bool wait(MPI_Request& request, std::chrono::steady_clock::time_point deadline) {
-    for (long spins = 0;; ++spins) {
+    return poll_until(deadline, [&] {
       int done = 0;
       check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) return true;
-      if (spins < 64) continue;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      // Oversubscribed ranks must leave the core to the peer they wait for.
-      if (spins < 4096) std::this_thread::yield();
-      else std::this_thread::sleep_for(std::chrono::microseconds(20));
+      return done != 0;
+    });
+  }
+
+  // Calls ready() until it returns true (true) or the deadline passes
+  // (false). Like a blocking MPI call it spins, which is what keeps small
+  // messages fast; but only for a while, and not at all when this node runs
+  // more ranks than it has cores: then a waiting rank must leave the core to
+  // the peer it waits for.
+  template <class Ready>
+  bool poll_until(std::chrono::steady_clock::time_point deadline, Ready ready) const {
+    using namespace std::chrono_literals;
+    const auto start = std::chrono::steady_clock::now();
+    const auto spin_until = start + (oversubscribed_ ? 0ms : 10ms), yield_until = start + 50ms;
+    for (long polls = 0;; ++polls) {
+      if (ready()) return true;
+      if (polls % 64 != 63) continue;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return false;
+      if (now < spin_until) continue;
+      if (now < yield_until) std::this_thread::yield();
+      else std::this_thread::sleep_for(20us);
     }
   }
 
@@ -225,7 +248,8 @@ class mpi_state {
 
   std::chrono::milliseconds timeout_;
   MPI_Comm world_ = MPI_COMM_NULL, everyone_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 0;
+  int rank_ = 0, size_ = 0, ranks_on_node_ = 1;
+  bool oversubscribed_ = false;
   std::map<std::vector<int>, MPI_Comm> groups_;
   std::vector<pending_send> sends_;
   std::unique_ptr<std::byte[]> scratch_;
@@ -324,17 +348,14 @@ class mpi_communicator {
     const auto deadline = s_->deadline();
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status status;
-    for (long spins = 0;; ++spins) {
+    const bool arrived = s_->poll_until(deadline, [&] {
       int found = 0;
       s_->check(MPI_Improbe(from, tag, s_->world(), &found, &message, &status), "MPI_Improbe");
-      if (found) break;
-      if (spins < 64) continue;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (tag ", tag,
-                                        ") timed out after ", s_->timeout().count(), " ms: no message arrived"));
-      }
-      if (spins < 4096) std::this_thread::yield();
-      else std::this_thread::sleep_for(std::chrono::microseconds(20));
+      return found != 0;
+    });
+    if (!arrived) {
+      throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (tag ", tag,
+                                      ") timed out after ", s_->timeout().count(), " ms: no message arrived"));
     }
     int bytes = 0;
     MPI_Get_count(&status, MPI_BYTE, &bytes);
