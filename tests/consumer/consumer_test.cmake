@@ -4,7 +4,12 @@
 #   cmake -DTYPEMESH_SOURCE_DIR=<typemesh source> -DWORK_DIR=<scratch dir>
 #         -DMODE=find_package|subdirectory [-DCMAKE_CXX_COMPILER=<c++>]
 #         [-DCMAKE_GENERATOR=<generator>] [-DCMAKE_MAKE_PROGRAM=<tool>]
+#         [-DMPIEXEC=<launcher and flags, '|'-separated>]
 #         -P consumer_test.cmake
+#
+# With MPIEXEC (given when the project has typemesh::mpi), the consumer must
+# also build typemesh_consumer_mpi against typemesh::mpi; it runs plainly
+# (host threads) and on 2 ranks.
 #
 # find_package: configure and install typemesh into WORK_DIR/prefix, then build
 #               the consumer with CMAKE_PREFIX_PATH=WORK_DIR/prefix.
@@ -116,3 +121,14 @@ endif()
 _consumer_step("run consumer" "${_exe}")
 string(STRIP "${_step_output}" _step_output)
 message(STATUS "[consumer.${MODE}] ${_step_output}")
+
+if(DEFINED MPIEXEC AND NOT MPIEXEC STREQUAL "")
+  set(_mpi_exe "${_consumer_build}/bin/typemesh_consumer_mpi")
+  if(NOT EXISTS "${_mpi_exe}")
+    message(FATAL_ERROR "[consumer.${MODE}] typemesh::mpi was not available to the consumer (no ${_mpi_exe})")
+  endif()
+  _consumer_step("run the typemesh::mpi consumer on host threads" "${_mpi_exe}")
+  string(REPLACE "|" ";" _mpiexec "${MPIEXEC}")
+  _consumer_step("run the typemesh::mpi consumer on 2 ranks" ${_mpiexec} "${_mpi_exe}")
+  message(STATUS "[consumer.${MODE}] typemesh::mpi ran on host threads and on 2 ranks")
+endif()

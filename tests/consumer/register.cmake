@@ -10,6 +10,13 @@ block(SCOPE_FOR VARIABLES)
   cmake_path(GET CMAKE_CURRENT_LIST_DIR PARENT_PATH _tests_dir)
   cmake_path(GET _tests_dir PARENT_PATH _source_dir)
 
+  set(_mpiexec "")
+  if(TARGET typemesh::mpi)
+    include(${_source_dir}/cmake/typemesh_mpiexec.cmake)
+    typemesh_mpiexec(_mpiexec 2)
+    list(JOIN _mpiexec "|" _mpiexec)
+  endif()
+
   foreach(_mode IN ITEMS find_package subdirectory)
     add_test(NAME consumer.${_mode}
       COMMAND ${CMAKE_COMMAND}
@@ -19,6 +26,7 @@ block(SCOPE_FOR VARIABLES)
         "-DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}"
         "-DCMAKE_GENERATOR=${CMAKE_GENERATOR}"
         "-DCMAKE_MAKE_PROGRAM=${CMAKE_MAKE_PROGRAM}"
+        "-DMPIEXEC=${_mpiexec}"
         -P "${CMAKE_CURRENT_LIST_DIR}/consumer_test.cmake")
     set_tests_properties(consumer.${_mode} PROPERTIES
       LABELS consumer
