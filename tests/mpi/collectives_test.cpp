@@ -304,6 +304,25 @@ TEST(MpiLaunch, ResultsAreIndexedByDeviceOnEveryRank) {
   expect_error<typemesh::device_error>([] { typemesh::this_device(); }, {"inside typemesh::launch"});
 }
 
+TEST(MpiLaunch, DevicesOnANodeAreItsRanksInRankOrder) {
+  const int n = world_size();
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const auto places = launch(n, [](device& dev) { return std::pair{dev.local_id(), dev.devices_on_node()}; });
+  const auto host = launch({.devices = n, .backend = typemesh::backend_kind::host},
+                           [](device& dev) { return std::pair{dev.local_id(), dev.devices_on_node()}; });
+  for (int d = 0; d < n; ++d) {
+    EXPECT_EQ(host[d], std::pair(d, n)) << "host threads are one node";
+    // One machine here: every rank is on it, in rank order.
+    EXPECT_EQ(places[d], std::pair(d, n)) << "device " << d;
+  }
+  if (local && local_size) {  // Open MPI's own view of this rank
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    EXPECT_EQ(places[rank], std::pair(std::atoi(local), std::atoi(local_size)));
+  }
+}
+
 TEST(MpiLaunch, DeviceCountOtherThanRanksIsAnErrorOnEveryRank) {
   const int n = world_size();
   bool ran = false;

@@ -36,6 +36,8 @@ concept communicator = requires(C& c, const group& g, const void* in, void* out,
                                 reduce_op op, int peer, int tag) {
   { c.device() } -> std::convertible_to<int>;        // this device's global id
   { c.device_count() } -> std::convertible_to<int>;  // devices in the run
+  { c.local_device() } -> std::convertible_to<int>;   // this device's index on its node
+  { c.devices_on_node() } -> std::convertible_to<int>;
   c.allreduce(g, in, out, count, type, op);          // out may equal in
   c.allgather(g, in, out, count, type);              // out: size * count, member order
   c.reduce_scatter(g, in, out, count, type, op);     // in: size * count; out: member's block

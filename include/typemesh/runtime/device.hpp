@@ -29,6 +29,12 @@ class device {
 
   int id() const { return impl_->device(); }
   int count() const { return impl_->device_count(); }
+  // This device's place on its machine (node): the reference's GPU index
+  // within gpus_per_node. Host threads share one node (local_id() == id());
+  // under MPI, the node's ranks in rank order, so with mpirun's default
+  // placement device d is local device d % devices_on_node().
+  int local_id() const { return impl_->local_device(); }
+  int devices_on_node() const { return impl_->devices_on_node(); }
 
   // What this device has sent and received so far.
   typemesh::traffic& traffic() { return traffic_; }
@@ -145,6 +151,8 @@ class device {
     virtual ~interface() = default;
     virtual int device() const = 0;
     virtual int device_count() const = 0;
+    virtual int local_device() const = 0;
+    virtual int devices_on_node() const = 0;
     virtual void allreduce(const group&, const void*, void*, std::size_t, dtype, reduce_op) = 0;
     virtual void allgather(const group&, const void*, void*, std::size_t, dtype) = 0;
     virtual void reduce_scatter(const group&, const void*, void*, std::size_t, dtype, reduce_op) = 0;
@@ -160,6 +168,8 @@ class device {
     explicit model(C comm) : c(std::move(comm)) {}
     int device() const override { return c.device(); }
     int device_count() const override { return c.device_count(); }
+    int local_device() const override { return c.local_device(); }
+    int devices_on_node() const override { return c.devices_on_node(); }
     void allreduce(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) override {
       c.allreduce(g, in, out, n, t, op);
     }

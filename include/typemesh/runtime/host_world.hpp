@@ -183,6 +183,8 @@ class host_communicator {
 
   int device() const { return device_; }
   int device_count() const { return world_->size(); }
+  int local_device() const { return device_; }  // every thread is on this one machine
+  int devices_on_node() const { return world_->size(); }
 
   void allreduce(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
     with_dtype(t, [&]<class T>() {

@@ -99,6 +99,7 @@ class mpi_state {
     MPI_Comm node = MPI_COMM_NULL;
     check(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
     MPI_Comm_size(node, &ranks_on_node_);
+    MPI_Comm_rank(node, &rank_on_node_);
     MPI_Comm_free(&node);
     oversubscribed_ = ranks_on_node_ > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
@@ -121,6 +122,7 @@ class mpi_state {
 
   int rank() const { return rank_; }
   int ranks_on_node() const { return ranks_on_node_; }
+  int rank_on_node() const { return rank_on_node_; }
   int size() const { return size_; }
   MPI_Comm world() const { return world_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
@@ -248,7 +250,7 @@ class mpi_state {
 
   std::chrono::milliseconds timeout_;
   MPI_Comm world_ = MPI_COMM_NULL, everyone_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 0, ranks_on_node_ = 1;
+  int rank_ = 0, size_ = 0, ranks_on_node_ = 1, rank_on_node_ = 0;
   bool oversubscribed_ = false;
   std::map<std::vector<int>, MPI_Comm> groups_;
   std::vector<pending_send> sends_;
@@ -263,6 +265,8 @@ class mpi_communicator {
 
   int device() const { return s_->rank(); }
   int device_count() const { return s_->size(); }
+  int local_device() const { return s_->rank_on_node(); }
+  int devices_on_node() const { return s_->ranks_on_node(); }
 
   // Phase 1 (a reduce-scatter) leaves chunk `me` reduced on member me; phase 2
   // (an allgather) sends it to every member. Chunks as the host backend's.
