@@ -10,6 +10,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <tuple>
+#include <optional>
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cmath>
@@ -321,6 +324,41 @@ TEST(MpiLaunch, DevicesOnANodeAreItsRanksInRankOrder) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     EXPECT_EQ(places[rank], std::pair(std::atoi(local), std::atoi(local_size)));
   }
+}
+
+// A program's own result struct, with nothing added for MPI: it travels
+// field by field.
+struct inner {
+  std::string name;
+  std::array<std::int16_t, 3> code;
+  bool operator==(const inner&) const = default;
+};
+struct report {
+  int device = 0;
+  std::string text;
+  std::vector<float> values;
+  std::vector<bool> flags;
+  std::optional<std::pair<int, std::string>> maybe;
+  std::tuple<double, std::string> both;
+  std::vector<inner> parts;
+  inner one;
+  bool operator==(const report&) const = default;
+};
+
+TEST(MpiLaunch, AggregateResultsTravelFieldByField) {
+  const int n = world_size();
+  auto [host, mpi] = on_both(n, [](device& dev) {
+    const int d = dev.id();
+    report r{d, std::string(static_cast<std::size_t>(d), 'x'), std::vector<float>(d, 0.5f * d),
+             std::vector<bool>(d + 1, d % 2 == 1), std::nullopt, {d * 1.25, std::to_string(d) + "t"},
+             {}, {"one", {1, 2, static_cast<std::int16_t>(d)}}};
+    if (d % 2 == 0) r.maybe = std::pair{d, std::string("even")};
+    for (int i = 0; i < d; ++i) r.parts.push_back({std::to_string(i), {static_cast<std::int16_t>(i), 0, -1}});
+    return r;
+  });
+  ASSERT_EQ(mpi.size(), static_cast<std::size_t>(n));
+  EXPECT_EQ(mpi, host);
+  EXPECT_EQ(mpi[n - 1].parts.size(), static_cast<std::size_t>(n - 1));
 }
 
 TEST(MpiLaunch, DeviceCountOtherThanRanksIsAnErrorOnEveryRank) {

@@ -178,7 +178,11 @@ void unpack(byte_reader& r, T& v) {
     r.raw(&n, sizeof n);
     v.clear();
     v.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) unpack(r, v.emplace_back());
+    for (std::size_t i = 0; i < n; ++i) {
+      typename T::value_type x{};  // not emplace_back(): vector<bool> hands out proxies
+      unpack(r, x);
+      v.push_back(std::move(x));
+    }
   } else if constexpr (requires { v.has_value(); *v; }) {
     bool has = false;
     r.raw(&has, sizeof has);
