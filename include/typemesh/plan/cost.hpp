@@ -7,7 +7,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +25,27 @@ struct machine {
   double bandwidth_gb = 16.0; // per link, GB/s
   // FLOPs per word moved (words of 8 bytes).
   double r() const { return (tflops * 1000.0) / (bandwidth_gb / 8.0); }
+};
+
+// Throws plan_error unless both parameters, and the FLOPs per word they give,
+// are positive and finite.
+inline void check_machine(const machine& m) {
+  if (!(m.tflops > 0) || !std::isfinite(m.tflops))
+    throw plan_error(detail::cat("machine: tflops (--flops) is ", m.tflops, "; it must be a positive finite number"));
+  if (!(m.bandwidth_gb > 0) || !std::isfinite(m.bandwidth_gb))
+    throw plan_error(detail::cat("machine: bandwidth_gb (--bw) is ", m.bandwidth_gb,
+                                 "; it must be a positive finite number"));
+  const double r = m.r();
+  if (!(r > 0) || !std::isfinite(r))
+    throw plan_error(detail::cat("machine: tflops ", m.tflops, " over bandwidth_gb ", m.bandwidth_gb,
+                                 " gives ", r, " FLOPs per word; it must be positive and finite"));
+}
+
+// The most memory build_problem may allocate: configurations, their costs and
+// the edges' cost tables, checked before each allocation.
+struct problem_limits {
+  std::uint64_t max_bytes = std::uint64_t{4} << 30;
+  std::uint64_t max_configs = default_max_configs;  // per layer
 };
 
 namespace detail_cost {
@@ -95,7 +119,7 @@ inline double layer_cost(const layer& l, const split_t* c, double r) {
       const int b = 2, nd = 3, kd = 4;
       const double out_pp[2] = {pp[b], pp[nd]}, in_pp[2] = {pp[b], pp[kd]};
       const double words = area_needed(out_pp, in_pp, 2, double(c[b]) * c[nd], double(c[b]) * c[kd]);
-      cost += static_cast<double>(l.dims[0].size * l.dims[1].size) * (r * words);
+      cost += static_cast<double>(l.dims[0].size) * static_cast<double>(l.dims[1].size) * (r * words);
       return cost;
     }
     case layer_kind::pooling: {
@@ -205,52 +229,89 @@ struct problem {
 
 namespace detail_cost {
 // Distinct tensor splits over a layer's configurations.
+// Ids in order of first appearance.
 inline std::pair<std::vector<std::int32_t>, std::vector<std::vector<split_t>>> layouts(const config_table& t,
                                                                                         const tensor_map& m) {
   std::vector<std::int32_t> id(t.size());
   std::vector<std::vector<split_t>> distinct;
+  std::map<std::vector<split_t>, std::int32_t> seen;
   std::vector<split_t> cur(m.size());
   for (std::size_t i = 0; i < t.size(); ++i) {
     tensor_splits(m, t.row(i), cur.data());
-    auto it = std::find(distinct.begin(), distinct.end(), cur);
-    if (it == distinct.end()) {
-      id[i] = static_cast<std::int32_t>(distinct.size());
-      distinct.push_back(cur);
-    } else {
-      id[i] = static_cast<std::int32_t>(it - distinct.begin());
-    }
+    auto [it, fresh] = seen.emplace(cur, static_cast<std::int32_t>(distinct.size()));
+    if (fresh) distinct.push_back(cur);
+    id[i] = it->second;
   }
   return {std::move(id), std::move(distinct)};
 }
+
+// Counts the bytes build_problem allocates against its limit.
+struct budget {
+  std::uint64_t left;
+  void take(std::uint64_t count, std::uint64_t each, const std::string& what) {
+    if (each != 0 && count > left / each)
+      throw plan_error(detail::cat(what, " would take ", count, " x ", each, " bytes, more than the ", left,
+                                   " bytes left of the problem's memory limit"));
+    left -= count * each;
+  }
+};
+
+inline std::string config_text(const config_table& t, std::size_t i) { return config_string(t.row(i), t.rank); }
 }  // namespace detail_cost
 
-inline problem build_problem(const graph& g, std::int64_t procs, const machine& mach = {}) {
+// Every cost is checked to be finite: sizes so large that a cost overflows a
+// double are refused, naming the layer or edge.
+inline problem build_problem(const graph& g, std::int64_t procs, const machine& mach = {},
+                             const problem_limits& limits = {}) {
   g.validate();
+  check_procs(procs, "graph " + g.name);
+  check_machine(mach);
   const double r = mach.r();
+  detail_cost::budget bytes{limits.max_bytes};
   problem p;
   p.configs.reserve(g.layers.size());
   for (const auto& l : g.layers) {
-    p.configs.push_back(enumerate_configs(l, procs, g.cutoff));
+    const std::uint64_t per_config = l.dims.size() * sizeof(split_t) + sizeof(double);
+    const std::uint64_t room = std::min<std::uint64_t>(limits.max_configs, bytes.left / per_config);
+    p.configs.push_back(enumerate_configs(l, procs, g.cutoff, room));
     const auto& t = p.configs.back();
+    bytes.take(t.size(), per_config, detail::cat("the configurations of layer ", l.name));
     std::vector<double> c(t.size());
-    for (std::size_t i = 0; i < t.size(); ++i) c[i] = layer_cost(l, t.row(i), r);
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      c[i] = layer_cost(l, t.row(i), r);
+      if (!std::isfinite(c[i]))
+        throw plan_error(detail::cat("layer ", l.name, ": the cost of configuration ", detail_cost::config_text(t, i),
+                                     " is ", c[i], "; its sizes are too large for the cost model"));
+    }
     p.vertex_costs.push_back(std::move(c));
     p.names.push_back(l.name);
   }
   for (const auto& e : g.edges) {
+    const std::string what = detail::cat("edge ", g.layers[e.src].name, " -> ", g.layers[e.dst].name);
     edge_table et;
     et.src = e.src;
     et.dst = e.dst;
+    bytes.take(p.configs[e.src].size() + p.configs[e.dst].size(), sizeof(std::int32_t) + sizeof(split_t) * e.shape.size(),
+               "the layouts of " + what);
     auto [sid, sl] = detail_cost::layouts(p.configs[e.src], e.src_map);
     auto [did, dl] = detail_cost::layouts(p.configs[e.dst], e.dst_map);
     et.src_layout = std::move(sid);
     et.dst_layout = std::move(did);
     et.src_layouts = static_cast<int>(sl.size());
     et.dst_layouts = static_cast<int>(dl.size());
+    if (dl.size() != 0 && sl.size() > std::numeric_limits<std::uint64_t>::max() / dl.size())
+      throw plan_error(detail::cat(what, ": ", sl.size(), " x ", dl.size(), " layouts overflow"));
+    bytes.take(sl.size() * dl.size(), sizeof(double), detail::cat("the cost table of ", what, " (", sl.size(), " x ",
+                                                                  dl.size(), " layouts)"));
     et.table.resize(sl.size() * dl.size());
     for (std::size_t i = 0; i < sl.size(); ++i)
-      for (std::size_t j = 0; j < dl.size(); ++j)
-        et.table[i * dl.size() + j] = edge_cost(e.shape, sl[i].data(), dl[j].data(), r);
+      for (std::size_t j = 0; j < dl.size(); ++j) {
+        const double c = edge_cost(e.shape, sl[i].data(), dl[j].data(), r);
+        if (!std::isfinite(c))
+          throw plan_error(detail::cat(what, ": the cost of moving ", detail::list(e.shape), " is ", c,
+                                       "; its sizes are too large for the cost model"));
+        et.table[i * dl.size() + j] = c;
+      }
     p.edges.push_back(std::move(et));
   }
   return p;

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -29,6 +30,42 @@ class plan_error : public error {
 };
 
 namespace plan {
+
+// The cost model handles layers and tensors of at most this many dims.
+inline constexpr std::size_t max_rank = 16;
+
+// The most memory a graph (its layers, their outputs and the edges) may take;
+// the builder and the reader refuse a graph that would need more before
+// allocating it.
+inline constexpr std::uint64_t default_graph_bytes = std::uint64_t{256} << 20;
+
+namespace detail_graph {
+// a · b, or a plan_error naming both sizes and what they are the sizes of.
+inline std::int64_t checked_mul(std::int64_t a, std::int64_t b, const std::string& what) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw plan_error(detail::cat(what, ": ", a, " * ", b, " overflows a 64-bit size"));
+  return r;
+}
+inline std::int64_t checked_add(std::int64_t a, std::int64_t b, const std::string& what) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r))
+    throw plan_error(detail::cat(what, ": ", a, " + ", b, " overflows a 64-bit size"));
+  return r;
+}
+// The product of sizes, overflow-checked.
+inline std::int64_t checked_product(const std::vector<std::int64_t>& sizes, const std::string& what) {
+  std::int64_t n = 1;
+  for (auto d : sizes) n = checked_mul(n, d, detail::cat(what, " ", detail::list(sizes)));
+  return n;
+}
+// Bytes a tensor's shape and map take in a graph: the vectors, and their
+// buffers counted at 32 bytes or more each (the allocator's overhead).
+inline std::uint64_t tensor_bytes(std::size_t rank, std::size_t mapped_dims) {
+  return 2 * (sizeof(std::vector<int>) + 32) + rank * (sizeof(std::int64_t) + sizeof(std::vector<int>) + 32) +
+         mapped_dims * sizeof(int);
+}
+}  // namespace detail_graph
 
 enum class layer_kind {
   conv,          // convolution, costed as a GEMM (m = b·h·w, n = filters, k = c·r·s)
@@ -118,6 +155,82 @@ struct layer {
   }
 };
 
+// What the cost model reads of a layer, per kind: its dims, the GEMM view of
+// conv, fc, einsum and lstm, the axis of norm and softmax, the axes of
+// reduce_mean, the window and input of pooling. Throws plan_error naming the
+// layer and what is missing or out of range.
+inline void validate_layer(const layer& l) {
+  const std::string who = detail::cat("layer ", l.name, " (", kind_name(l.kind), ")");
+  const int rank = static_cast<int>(l.dims.size());
+  if (l.dims.empty()) throw plan_error(detail::cat(who, " has no iteration dims"));
+  if (l.dims.size() > max_rank)
+    throw plan_error(detail::cat(who, " has ", l.dims.size(), " dims; at most ", max_rank, " are supported"));
+  for (const auto& d : l.dims)
+    if (d.size < 1) throw plan_error(detail::cat(who, ": dim ", d.name, " has size ", d.size));
+  auto in_range = [&](int d, const char* what) {
+    if (d < 0 || d >= rank)
+      throw plan_error(detail::cat(who, ": ", what, " names dim #", d, " but the layer has ", rank, " dims"));
+  };
+  auto distinct = [&](const std::vector<int>& ds, const char* what) {
+    for (int d : ds) in_range(d, what);
+    for (std::size_t i = 0; i < ds.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        if (ds[i] == ds[j])
+          throw plan_error(detail::cat(who, ": ", what, " names dim ", l.dims[static_cast<std::size_t>(ds[i])].name,
+                                       " twice"));
+  };
+  switch (l.kind) {
+    case layer_kind::conv:
+    case layer_kind::fc:
+    case layer_kind::einsum:
+    case layer_kind::lstm: {
+      const auto& g = l.gemm;
+      if (g.m.dims.empty()) throw plan_error(detail::cat(who, " needs gemm.m (the dims of the GEMM's m)"));
+      if (g.n.dims.empty()) throw plan_error(detail::cat(who, " needs gemm.n (the dims of the GEMM's n)"));
+      std::vector<int> all = g.batch;
+      for (const auto* gr : {&g.m, &g.n, &g.k}) {
+        all.insert(all.end(), gr->dims.begin(), gr->dims.end());
+        if (!(gr->scale > 0) || !std::isfinite(gr->scale))
+          throw plan_error(detail::cat(who, ": a GEMM group's scale ", gr->scale, " must be positive and finite"));
+      }
+      distinct(all, "the GEMM view (gemm.batch, gemm.m, gemm.n, gemm.k together)");
+      if (g.pw_ops < 0) throw plan_error(detail::cat(who, ": gemm.pw ", g.pw_ops, " is negative"));
+      if (l.kind == layer_kind::lstm && rank != 5)
+        throw plan_error(detail::cat(who, " has ", rank, " dims; an lstm needs five: layer, seq, b, n, k"));
+      break;
+    }
+    case layer_kind::pooling:
+      if (rank != 4) throw plan_error(detail::cat(who, " has ", rank, " dims; pooling needs four: b, c, h, w"));
+      if (l.input_shape.size() != 4)
+        throw plan_error(detail::cat(who, " needs input (the input's shape b x c x h x w, for the halo), has rank ",
+                                     l.input_shape.size()));
+      for (auto x : l.input_shape)
+        if (x < 1) throw plan_error(detail::cat(who, ": input ", detail::list(l.input_shape), " has a size below 1"));
+      if (l.window_r < 1 || l.window_s < 1)
+        throw plan_error(detail::cat(who, " needs window (RxS, both at least 1), has ", l.window_r, "x", l.window_s));
+      break;
+    case layer_kind::norm:
+    case layer_kind::softmax:
+      if (l.axis < 0) throw plan_error(detail::cat(who, " needs axis (the dim it normalises along)"));
+      in_range(l.axis, "axis");
+      break;
+    case layer_kind::reduce_mean:
+      if (l.axes.empty()) throw plan_error(detail::cat(who, " needs axes (the dims it averages over)"));
+      distinct(l.axes, "axes");
+      break;
+    case layer_kind::elementwise:
+      if (l.pw_ops < 0) throw plan_error(detail::cat(who, ": pw ", l.pw_ops, " is negative"));
+      break;
+    case layer_kind::softmax_xent:
+    case layer_kind::concat:
+    case layer_kind::stack:
+    case layer_kind::unstack:
+    case layer_kind::ravel:
+    case layer_kind::unravel:
+      break;
+  }
+}
+
 // A tensor from layer src (its output port src_port) into layer dst.
 struct edge {
   int src = 0, dst = 0;
@@ -138,22 +251,34 @@ struct graph {
 
   // Every structural invariant; throws plan_error naming the layer or edge.
   void validate() const {
+    if (!(cutoff > 0) || !std::isfinite(cutoff))
+      throw plan_error(detail::cat("graph ", name, ": cutoff ", cutoff, " must be a positive finite number"));
     auto check_map = [&](const layer& l, const tensor_map& m, const std::vector<std::int64_t>& shape,
                          const char* what) {
       if (m.size() != shape.size())
         throw plan_error(detail::cat("layer ", l.name, ": ", what, " tensor of rank ", shape.size(),
                                      " has a map of rank ", m.size()));
+      if (shape.size() > max_rank)
+        throw plan_error(detail::cat("layer ", l.name, ": ", what, " tensor ", detail::list(shape), " has rank ",
+                                     shape.size(), "; at most ", max_rank, " are supported"));
+      for (auto x : shape)
+        if (x < 1)
+          throw plan_error(detail::cat("layer ", l.name, ": ", what, " tensor ", detail::list(shape),
+                                       " has a size below 1"));
+      // A split iteration dim splits one tensor dim: each dim appears once.
+      std::vector<char> used(l.dims.size(), 0);
       for (const auto& ds : m)
-        for (int d : ds)
+        for (int d : ds) {
           if (d < 0 || d >= static_cast<int>(l.dims.size()))
             throw plan_error(detail::cat("layer ", l.name, ": ", what, " tensor maps onto dim #", d,
                                          " but the layer has ", l.dims.size(), " dims"));
+          if (used[static_cast<std::size_t>(d)]++)
+            throw plan_error(detail::cat("layer ", l.name, ": ", what, " tensor maps onto dim ",
+                                         l.dims[static_cast<std::size_t>(d)].name, " twice"));
+        }
     };
     for (const auto& l : layers) {
-      if (l.dims.empty()) throw plan_error(detail::cat("layer ", l.name, " has no iteration dims"));
-      for (const auto& d : l.dims)
-        if (d.size < 1)
-          throw plan_error(detail::cat("layer ", l.name, ": dim ", d.name, " has size ", d.size));
+      validate_layer(l);
       if (l.out_shapes.size() != l.out_maps.size())
         throw plan_error(detail::cat("layer ", l.name, ": outputs and their maps differ in number"));
       for (std::size_t i = 0; i < l.out_shapes.size(); ++i)
@@ -226,7 +351,10 @@ class graph_builder {
   // ---- ops --------------------------------------------------------------
 
   static std::int64_t conv_out(std::int64_t h, std::int64_t r, std::int64_t stride, std::int64_t pad) {
-    const std::int64_t x = h - r + 2 * pad;
+    const std::string what = detail::cat("window ", r, " with pad ", pad, " over extent ", h);
+    if (h < 1 || r < 1 || pad < 0)
+      throw plan_error(detail::cat(what, ": extent and window must be positive, the pad non-negative"));
+    const std::int64_t x = detail_graph::checked_add(h - r, detail_graph::checked_mul(2, pad, what), what);
     if (x < 0 || stride < 1)
       throw plan_error(detail::cat("window ", r, " with pad ", pad, " does not fit extent ", h));
     return x / stride + 1;
@@ -452,7 +580,7 @@ class graph_builder {
       for (std::size_t i = 0; i < r; ++i)
         if (static_cast<int>(i) != a && t[i] != xs[0][i])
           throw plan_error(detail::cat("concat ", name, ": dim #", i, " differs: ", t[i], " vs ", xs[0][i]));
-      shape[a] += t[a];
+      shape[a] = detail_graph::checked_add(shape[a], t[a], detail::cat("concat ", name, ": the concatenated dim"));
     }
     layer l = plain(layer_kind::concat, xs[0].shape, std::move(name));
     l.dims[a].splittable = false;
@@ -487,6 +615,11 @@ class graph_builder {
     const int a = fix_axis(axis, x.rank(), name);
     auto dom = x.shape;
     const auto count = dom[a];
+    const auto per_output = detail_graph::tensor_bytes(x.rank() - 1, x.rank() - 1);
+    if (static_cast<std::uint64_t>(count) > default_graph_bytes / per_output)
+      throw plan_error(detail::cat("unstack ", name, ": ", count, " outputs of ", detail::list(x.shape),
+                                   " would need more than the graph's memory limit of ", default_graph_bytes >> 20,
+                                   " MiB"));
     dom[a] = 1;
     layer l = plain(layer_kind::unstack, dom, std::move(name));
     l.dims[a].splittable = false;
@@ -499,15 +632,14 @@ class graph_builder {
     l.out_maps.assign(static_cast<std::size_t>(count), om);
     const int id = add(std::move(l), {{x, identity(x.rank())}});
     std::vector<tensor> r;
-    for (int i = 0; i < count; ++i) r.push_back(out(id, i));
+    for (std::int64_t i = 0; i < count; ++i) r.push_back(out(id, static_cast<int>(i)));
     return r;
   }
 
   // Reshape = ravel into one dim, then unravel into `shape` (two layers).
   tensor reshape(const tensor& x, std::vector<std::int64_t> shape, std::string name = {}) {
-    std::int64_t n = 1, n2 = 1;
-    for (auto d : x.shape) n *= d;
-    for (auto d : shape) n2 *= d;
+    const auto n = detail_graph::checked_product(x.shape, detail::cat("reshape ", name, ": elements of"));
+    const auto n2 = detail_graph::checked_product(shape, detail::cat("reshape ", name, ": elements of"));
     if (n != n2)
       throw plan_error(detail::cat("reshape ", name, ": ", detail::list(x.shape), " has ", n, " elements, ",
                                    detail::list(shape), " has ", n2));

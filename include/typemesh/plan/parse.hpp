@@ -4,61 +4,10 @@
 //
 // ---- The graph text format ----------------------------------------------
 //
-// One statement per line; '#' starts a comment that runs to the end of the
-// line; tokens are separated by blanks. Three statements:
-//
-//   graph NAME [cutoff=X]
-//       Must come first, once. cutoff is graph::cutoff (default 4): a dim of
-//       size d may be split e ways when e divides d and d / e >= cutoff.
-//
-//   layer NAME KIND DIM=SIZE... [| ATTR...]
-//       One layer (a vertex). KIND is a layer_kind name as kind_name() spells
-//       it (conv, pooling, fc, einsum, elementwise, norm, reduce_mean, softmax,
-//       softmax_xent, concat, stack, unstack, ravel, unravel, lstm). The
-//       DIM=SIZE tokens are its iteration space, in order. After a lone '|'
-//       come the kind's parameters, each KEY=VALUE:
-//         fixed=D,D...        dims that are never split (dim::splittable)
-//         gemm.batch=D,...    the GEMM view (conv, fc, einsum, lstm): batch
-//         gemm.m=D,...          dims and the m, n, k groups;
-//         gemm.n=D,...
-//         gemm.k=D,...
-//         gemm.m.scale=X      a group's scale (also gemm.n.scale, gemm.k.scale)
-//         gemm.pw=N           pointwise ops after the GEMM
-//         pw=N                pointwise ops of an elementwise layer
-//         axis=D              the axis of norm and softmax
-//         axes=D,...          the reduced axes of reduce_mean
-//         window=RxS          the pooling window
-//         input=SHAPE         the pooling layer's input shape (its halo)
-//         out=[N*]SHAPE:MAP   an output tensor (repeatable, in port order;
-//                             N* repeats it N times, as unstack's outputs).
-//                             Without any out=, the layer has one output: its
-//                             dims' sizes, each tensor dim following its dim.
-//                             out=none: the layer has no outputs.
-//
-//   edge SRC[:PORT] DST map=MAP [shape=SHAPE] [src=MAP]
-//       A tensor from output PORT (default 0) of layer SRC into layer DST.
-//       map says which of DST's dims each tensor dim follows; the tensor's
-//       shape and its map onto SRC's dims are those of SRC's output PORT,
-//       unless shape= and src= say otherwise. Edges may name layers defined
-//       later in the file.
-//
-// A SHAPE is sizes joined by 'x' (128x96x55x55), "()" for rank 0. A MAP has
-// one comma-separated item per tensor dim: a dim name, several joined by '*'
-// (a flattened dim: the split is the product of theirs), or '-' (a dim that
-// follows no iteration dim, whole on every device); "()" for rank 0. Layer
-// names are unique and contain no blank, '#' or ':'; dim names are unique
-// within their layer and contain none of blank # , * = : and are not '-'.
-//
-//   # AlexNet's head
-//   graph alexnet cutoff=4
-//   layer fc7 fc b=128 n=4096 k=4096 | gemm.m=b gemm.n=n gemm.k=k gemm.pw=1 out=128x4096:b,n
-//   layer fc8 fc b=128 n=1024 k=4096 | gemm.m=b gemm.n=n gemm.k=k out=128x1024:b,n
-//   layer loss softmax_xent d0=128 d1=1024
-//   edge fc7 fc8 map=b,k
-//   edge fc8 loss map=d0,d1
-//
-// write_graph writes every graph in this format (read_graph(write_graph(g))
-// equals g), so the built-in networks can be dumped and edited.
+// Documented, with every keyword and attribute and an example, in docs/plan.md
+// ("The graph text format"). write_graph writes every graph in it
+// (read_graph(write_graph(g)) equals g), so the built-in networks can be
+// dumped and edited.
 //
 // ---- The plan JSON ----------------------------------------------------------
 //
@@ -68,7 +17,9 @@
 // processors. plan_choice maps a plan back onto a graph's configurations.
 //
 // Every malformed input throws typemesh::plan_error naming the source, the
-// line (and column, and for JSON the field) and what was expected, e.g.
+// line (and column, and for JSON the field) and what was expected; an input
+// larger than read_limits::max_bytes, or one that would build more than that,
+// is refused before it is allocated. E.g.
 //   typemesh: alexnet.graph:7:31: layer fc6: expected DIM=SIZE with a positive integer size, got 'k=x'
 #pragma once
 
@@ -96,9 +47,17 @@
 
 namespace typemesh::plan {
 
+// The most memory a reading may take: the input text and what is built from
+// it (a graph, or a plan's JSON values). A larger input is refused, naming the
+// limit, before the memory is allocated.
+struct read_limits {
+  std::uint64_t max_bytes = default_graph_bytes;
+};
+
 namespace detail_parse {
 
 [[noreturn]] inline void fail(const std::string& source, int line, int col, const std::string& what) {
+  if (line <= 0) throw plan_error(detail::cat(source, ": ", what));
   if (col > 0) throw plan_error(detail::cat(source, ":", line, ":", col, ": ", what));
   throw plan_error(detail::cat(source, ":", line, ": ", what));
 }
@@ -206,10 +165,16 @@ inline tensor_map parse_map(const line_ctx& c, const token& t, const layer& l, s
   tensor_map m;
   if (s == "()") return m;
   if (s.empty()) c.fail(t, "expected a map (dim names per tensor dim, '*' to join, '-' for none), got nothing");
+  std::vector<char> used(l.dims.size(), 0);
   for (auto item : split(s, ',')) {
     std::vector<int> ds;
     if (item != "-")
-      for (auto n : split(item, '*')) ds.push_back(dim_index(c, t, l, n));
+      for (auto n : split(item, '*')) {
+        const int d = dim_index(c, t, l, n);
+        // A split iteration dim splits one tensor dim.
+        if (used[static_cast<std::size_t>(d)]++) c.fail(t, detail::cat("the map names dim ", n, " twice"));
+        ds.push_back(d);
+      }
     m.push_back(std::move(ds));
   }
   return m;
@@ -256,6 +221,62 @@ inline tensor_map identity_map(std::size_t r) {
   return m;
 }
 
+// Which layer kinds a parameter applies to (nullptr: every kind).
+inline const char* parameter_kinds(const std::string& key) {
+  if (key.substr(0, 5) == "gemm.") return "conv, fc, einsum and lstm";
+  if (key == "pw") return "elementwise";
+  if (key == "axis") return "norm and softmax";
+  if (key == "axes") return "reduce_mean";
+  if (key == "window" || key == "input") return "pooling";
+  return nullptr;
+}
+inline bool applies_to(const char* kinds, layer_kind k) {
+  const std::string_view list(kinds), name(kind_name(k));
+  for (std::size_t b = 0; b < list.size();) {
+    auto e = list.find_first_of(", ", b);
+    if (e == std::string_view::npos) e = list.size();
+    if (list.substr(b, e - b) == name) return true;
+    b = e + 1;
+  }
+  return false;
+}
+
+// Reads at most `max_bytes` of `in`; more is an error before it is read.
+inline std::string read_all(std::istream& in, const std::string& source, std::uint64_t max_bytes) {
+  std::string text;
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof buf);
+    const auto got = static_cast<std::uint64_t>(in.gcount());
+    if (got > max_bytes - text.size())
+      throw plan_error(detail::cat(source, ": the input is larger than the limit of ", max_bytes, " bytes"));
+    text.append(buf, static_cast<std::size_t>(got));
+  }
+  if (in.bad()) throw plan_error(detail::cat(source, ": read error"));
+  return text;
+}
+
+// The bytes a reading has allocated so far, against the reader's limit.
+struct memory_count {
+  std::uint64_t limit, used;
+  const std::string* source;
+  void add(std::uint64_t count, std::uint64_t each, const std::string& what) {
+    if (!fits(count, each)) fail(*source, 0, 0, message(count, each, what));
+    used += count * each;
+  }
+  void add(std::uint64_t count, std::uint64_t each, const std::string& what, const line_ctx& c, const token& t) {
+    if (!fits(count, each)) c.fail(t, message(count, each, what));
+    used += count * each;
+  }
+  bool fits(std::uint64_t count, std::uint64_t each) const {
+    return used <= limit && (each == 0 || count <= (limit - used) / each);
+  }
+  std::string message(std::uint64_t count, std::uint64_t each, const std::string& what) const {
+    return detail::cat(what, " would need ", count, " x ", each, " more bytes, beyond the reader's limit of ", limit,
+                       " bytes");
+  }
+};
+
 struct pending_edge {
   int line;
   token src, dst;  // src without the port
@@ -269,22 +290,26 @@ struct pending_edge {
 
 }  // namespace detail_parse
 
-// Reads a graph in the text format above. `source` names the input in error
-// messages (a file name).
-inline graph read_graph(std::istream& in, const std::string& source = "<graph>") {
+// Reads a graph in the text format of docs/plan.md. `source` names the input
+// in error messages (a file name). The input and the graph it describes may
+// take at most limits.max_bytes; more is refused before it is allocated.
+inline graph read_graph(std::istream& in, const std::string& source = "<graph>", const read_limits& limits = {}) {
   using namespace detail_parse;
   graph g;
   bool have_header = false;
   std::map<std::string, int> by_name, layer_line;
   std::vector<pending_edge> edges;
-  std::vector<std::string> lines;  // edge statements are resolved at the end
-  std::string text;
-  int lineno = 0;
-  while (std::getline(in, text)) {
-    ++lineno;
-    lines.push_back(text);
+  // Edge statements are resolved at the end: they keep views into `text`.
+  const std::string text = read_all(in, source, std::min<std::uint64_t>(limits.max_bytes, 0x7fffffff));
+  memory_count used{limits.max_bytes, text.size(), &source};
+  std::vector<std::string_view> lines;
+  for (std::size_t b = 0; b < text.size();) {
+    const auto e = text.find('\n', b);
+    lines.push_back(std::string_view(text).substr(b, e == std::string::npos ? std::string::npos : e - b));
+    used.add(1, sizeof(std::string_view), "the lines of the input");
+    b = e == std::string::npos ? text.size() : e + 1;
   }
-  if (in.bad()) throw plan_error(detail::cat(source, ": read error"));
+  const int lineno = static_cast<int>(lines.size());
   for (int li = 0; li < static_cast<int>(lines.size()); ++li) {
     const std::string_view full = lines[static_cast<std::size_t>(li)];
     const int line = li + 1;
@@ -351,6 +376,8 @@ inline graph read_graph(std::istream& in, const std::string& source = "<graph>")
         const std::string n(t.substr(0, eq));
         if (bad_dim_name(n)) c.fail(toks[i], detail::cat("dim name '", n, "' may not contain , * : or be '-'"));
         if (l.find_dim(n) >= 0) c.fail(toks[i], detail::cat("dim ", n, " appears twice"));
+        if (l.dims.size() == max_rank)
+          c.fail(toks[i], detail::cat("more than ", max_rank, " dims; the cost model supports at most ", max_rank));
         l.dims.push_back({n, v, true});
       }
       if (l.dims.empty())
@@ -358,6 +385,12 @@ inline graph read_graph(std::istream& in, const std::string& source = "<graph>")
                   "expected at least one DIM=SIZE after the kind");
       bool any_out = false, no_out = false;
       std::map<std::string, int> seen;
+      struct repeated_output {
+        std::int64_t count;
+        std::vector<std::int64_t> shape;
+        tensor_map map;
+      };
+      std::vector<repeated_output> outs;
       for (++i; i < toks.size(); ++i) {
         const auto& tk = toks[i];
         const auto t = tk.text;
@@ -368,6 +401,9 @@ inline graph read_graph(std::istream& in, const std::string& source = "<graph>")
         const auto val = t.substr(eq + 1);
         if (key != "out" && seen[key]++)
           c.fail(tk, detail::cat("parameter ", key, " given twice"));
+        if (const char* kinds = parameter_kinds(key); kinds && !applies_to(kinds, l.kind))
+          c.fail(tk, detail::cat("parameter ", key, " does not apply to a ", kind_name(l.kind), " layer (it is for ",
+                                 kinds, ")"));
         auto int_val = [&](int lo) {
           std::int64_t v = 0;
           if (!parse_i64(val, v) || v < lo || v > 1000000)
@@ -431,19 +467,33 @@ inline graph read_graph(std::istream& in, const std::string& source = "<graph>")
           auto m = parse_map(c, tk, l, rest.substr(col2 + 1));
           if (m.size() != shape.size())
             c.fail(tk, detail::cat("output of rank ", shape.size(), " has a map of rank ", m.size()));
-          for (std::int64_t r = 0; r < count; ++r) {
-            l.out_shapes.push_back(shape);
-            l.out_maps.push_back(m);
-          }
+          std::size_t mapped = 0;
+          for (const auto& ds : m) mapped += ds.size();
+          // Counted now, allocated once the whole line is counted.
+          used.add(count, detail_graph::tensor_bytes(shape.size(), mapped), detail::cat("the outputs of layer ", l.name),
+                   c, tk);
+          outs.push_back({count, std::move(shape), std::move(m)});
         } else {
           c.fail(tk, detail::cat("unknown parameter '", key,
                                  "'; expected fixed, gemm.batch, gemm.m, gemm.n, gemm.k, gemm.m.scale, "
                                  "gemm.n.scale, gemm.k.scale, gemm.pw, pw, axis, axes, window, input or out"));
         }
       }
+      for (const auto& o : outs) {
+        l.out_shapes.insert(l.out_shapes.end(), static_cast<std::size_t>(o.count), o.shape);
+        l.out_maps.insert(l.out_maps.end(), static_cast<std::size_t>(o.count), o.map);
+      }
       if (!any_out && !no_out) {
         l.out_shapes = {dim_sizes(l)};
         l.out_maps = {identity_map(l.dims.size())};
+      }
+      used.add(1, sizeof(layer) + 128 + l.dims.size() * (sizeof(dim) + 16) + detail_graph::tensor_bytes(16, 16),
+               "the layers", c, toks[1]);
+      // What the cost model needs of this kind, reported on this line.
+      try {
+        validate_layer(l);
+      } catch (const plan_error& err) {
+        fail(source, line, 0, std::string(err.what()).substr(10));
       }
       by_name[l.name] = static_cast<int>(g.layers.size());
       layer_line[l.name] = line;
@@ -481,6 +531,7 @@ inline graph read_graph(std::istream& in, const std::string& source = "<graph>")
           c.fail(toks[i], detail::cat("expected map=MAP, shape=SHAPE or src=MAP, got '", t, "'"));
       }
       if (!has_map) c.fail_at(static_cast<int>(body.size()) + 1, "edge without map=MAP (the map onto DST's dims)");
+      used.add(1, sizeof(pending_edge) + sizeof(edge), "the edges", c, toks[0]);
       edges.push_back(e);
       continue;
     }
@@ -517,6 +568,7 @@ inline graph read_graph(std::istream& in, const std::string& source = "<graph>")
     if (e.dst_map.size() != e.shape.size())
       c.fail(pe.map_tok, detail::cat("the tensor ", shape_string(e.shape), " has rank ", e.shape.size(),
                                      " but map= gives ", e.dst_map.size(), " items"));
+    used.add(3, detail_graph::tensor_bytes(e.shape.size(), 2 * e.shape.size()), "the edges' tensors", c, pe.src);
     g.edges.push_back(std::move(e));
   }
   try {
@@ -527,15 +579,16 @@ inline graph read_graph(std::istream& in, const std::string& source = "<graph>")
   return g;
 }
 
-inline graph read_graph_text(const std::string& text, const std::string& source = "<graph>") {
+inline graph read_graph_text(const std::string& text, const std::string& source = "<graph>",
+                             const read_limits& limits = {}) {
   std::istringstream in(text);
-  return read_graph(in, source);
+  return read_graph(in, source, limits);
 }
 
-inline graph read_graph_file(const std::string& path) {
+inline graph read_graph_file(const std::string& path, const read_limits& limits = {}) {
   std::ifstream in(path);
   if (!in) throw plan_error(detail::cat("cannot open graph file ", path));
-  return read_graph(in, path);
+  return read_graph(in, path, limits);
 }
 
 // Writes g in the text format; throws plan_error for a graph the format cannot
@@ -604,6 +657,12 @@ inline void write_graph(std::ostream& os, const graph& g) {
         i = j;
       }
     }
+    for (const auto& a : attrs) {
+      const std::string key = a.substr(0, a.find('='));
+      if (const char* kinds = parameter_kinds(key); kinds && !applies_to(kinds, l.kind))
+        throw plan_error(detail::cat("layer ", l.name, ": ", key, " cannot be written for a ", kind_name(l.kind),
+                                     " layer (it is for ", kinds, ")"));
+    }
     if (!attrs.empty()) {
       os << " |";
       for (const auto& a : attrs) os << ' ' << a;
@@ -660,13 +719,18 @@ struct plan_layer {
   }
   std::vector<split_t> splits() const {
     std::vector<split_t> r;
-    for (const auto& d : dims) r.push_back(static_cast<split_t>(d.split));
+    for (const auto& d : dims) {
+      if (d.split < 1 || d.split > max_procs)
+        throw plan_error(detail::cat("plan layer ", name, ": split ", d.split, " of dim ", d.name,
+                                     " is not between 1 and ", max_procs));
+      r.push_back(static_cast<split_t>(d.split));
+    }
     return r;
   }
   // Devices the configuration uses: the product of the splits.
   std::int64_t devices() const {
     std::int64_t p = 1;
-    for (const auto& d : dims) p *= d.split;
+    for (const auto& d : dims) p = detail_graph::checked_mul(p, d.split, detail::cat("plan layer ", name, ": splits"));
     return p;
   }
 };
@@ -719,7 +783,8 @@ inline const char* jkind_name(jvalue::kind_t k) {
 
 class json_parser {
  public:
-  json_parser(std::string text, const std::string& source) : s_(std::move(text)), source_(source) {}
+  json_parser(std::string text, const std::string& source, std::uint64_t max_bytes = default_graph_bytes)
+      : s_(std::move(text)), source_(source), max_values_(max_bytes / sizeof(jvalue)) {}
 
   jvalue document() {
     ws();
@@ -758,6 +823,8 @@ class json_parser {
   }
   jvalue value(int depth) {
     if (depth > 64) err("nesting deeper than 64 levels");
+    if (++values_ > max_values_)
+      err(detail::cat("more than ", max_values_, " values; the reader's memory limit allows no more"));
     jvalue v;
     v.line = line_;
     v.col = col();
@@ -938,6 +1005,7 @@ class json_parser {
   const std::string& source_;
   std::size_t i_ = 0, line_start_ = 0;
   int line_ = 1;
+  std::uint64_t max_values_, values_ = 0;
 };
 
 // Field access with the schema's checks; `path` names the field in messages.
@@ -998,12 +1066,12 @@ struct jreader {
 }  // namespace detail_parse
 
 // Reads a plan written by write_json. `source` names the input in messages.
-inline plan_file read_plan(std::istream& in, const std::string& source = "<plan>") {
+// The input and its parsed values may take at most limits.max_bytes.
+inline plan_file read_plan(std::istream& in, const std::string& source = "<plan>", const read_limits& limits = {}) {
   using namespace detail_parse;
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw plan_error(detail::cat(source, ": read error"));
-  const jvalue doc = json_parser(buf.str(), source).document();
+  std::string text = read_all(in, source, std::min<std::uint64_t>(limits.max_bytes, 0x7fffffff));
+  const auto left = limits.max_bytes - text.size();
+  const jvalue doc = json_parser(std::move(text), source, left).document();
   const jreader rd{source};
   const auto top = rd.fields(doc, "", {"format", "graph", "procs", "batch", "tflops", "bandwidth_gb", "total_cost",
                                        "layers", "edges"});
@@ -1013,6 +1081,7 @@ inline plan_file read_plan(std::istream& in, const std::string& source = "<plan>
     rd.fail_at(*top[0], "format", detail::cat("expected \"typemesh-plan/1\", got \"", p.format, "\""));
   p.graph = rd.str(*top[1], "graph");
   p.procs = rd.integer(*top[2], "procs", 1);
+  if (p.procs > max_procs) rd.fail_at(*top[2], "procs", detail::cat("expected at most ", max_procs, ", got ", p.procs));
   p.batch = rd.integer(*top[3], "batch", 1);
   p.tflops = rd.number(*top[4], "tflops", true);
   p.bandwidth_gb = rd.number(*top[5], "bandwidth_gb", true);
@@ -1044,10 +1113,11 @@ inline plan_file read_plan(std::istream& in, const std::string& source = "<plan>
                  rd.integer(*df[2], dp + ".split", 1)};
       if (d.size % d.split != 0)
         rd.fail_at(*df[2], dp + ".split", detail::cat("split ", d.split, " does not divide size ", d.size));
-      used *= d.split;
-      if (used > p.procs)
+      // used * split > procs, without the product (it may overflow).
+      if (d.split > p.procs / used)
         rd.fail_at(*df[2], dp + ".split",
                    detail::cat("the splits of layer ", l.name, " need more than the plan's ", p.procs, " processors"));
+      used *= d.split;
       l.dims.push_back(std::move(d));
     }
     p.layers.push_back(std::move(l));
@@ -1073,15 +1143,16 @@ inline plan_file read_plan(std::istream& in, const std::string& source = "<plan>
   return p;
 }
 
-inline plan_file read_plan_text(const std::string& text, const std::string& source = "<plan>") {
+inline plan_file read_plan_text(const std::string& text, const std::string& source = "<plan>",
+                                const read_limits& limits = {}) {
   std::istringstream in(text);
-  return read_plan(in, source);
+  return read_plan(in, source, limits);
 }
 
-inline plan_file read_plan_file(const std::string& path) {
+inline plan_file read_plan_file(const std::string& path, const read_limits& limits = {}) {
   std::ifstream in(path);
   if (!in) throw plan_error(detail::cat("cannot open plan file ", path));
-  return read_plan(in, path);
+  return read_plan(in, path, limits);
 }
 
 // The configuration index of each of g's layers that the plan chose, in the

@@ -17,6 +17,7 @@
 #include <limits>
 #include <numeric>
 #include <set>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -30,6 +31,12 @@ struct search_options {
   vertex_order order = vertex_order::generate_seq;
   // Refuse to build a table with more entries than this (memory guard).
   std::uint64_t max_table_entries = std::uint64_t{1} << 27;
+  // Refuse to go on when the live tables and the kept argmins would take more
+  // bytes than this (checked before each table is allocated).
+  std::uint64_t max_bytes = std::uint64_t{16} << 30;
+  // Refuse an elimination that would take more than this many additions
+  // (table entries x configurations x tables); 0: no limit.
+  std::uint64_t max_work = 0;
   // Threads for the large eliminations; 0: one per hardware thread.
   unsigned threads = 0;
 };
@@ -58,23 +65,28 @@ inline std::vector<int> generate_seq(const problem& p) {
   const int n = p.size();
   auto nb = neighbours(p);
   std::vector<int> count(n);
-  for (int v = 0; v < n; ++v) count[v] = static_cast<int>(nb[v].size());
-  std::vector<char> done(n, 0);
+  // (count, layer): the first is the next to eliminate, in O(log n).
+  std::set<std::pair<int, int>> queue;
+  for (int v = 0; v < n; ++v) {
+    count[v] = static_cast<int>(nb[v].size());
+    queue.emplace(count[v], v);
+  }
   std::vector<int> order;
   order.reserve(n);
-  for (int step = 0; step < n; ++step) {
-    int best = -1;
-    for (int v = 0; v < n; ++v)
-      if (!done[v] && (best < 0 || count[v] < count[best])) best = v;
+  while (!queue.empty()) {
+    const int best = queue.begin()->second;
+    queue.erase(queue.begin());
     order.push_back(best);
-    done[best] = 1;
-    const auto around = nb[best];
+    const auto around = std::move(nb[best]);
+    nb[best].clear();
     for (int u : around) {
       auto& s = nb[u];
+      queue.erase({count[u], u});
       s.insert(around.begin(), around.end());
       s.erase(best);
       s.erase(u);
       count[u] = static_cast<int>(s.size());
+      queue.emplace(count[u], u);
     }
   }
   return order;
@@ -212,6 +224,11 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
                                      " layers with more than ", opt.max_table_entries, " entries"));
     }
     res.largest_table = std::max(res.largest_table, entries);
+    const std::uint64_t table_bytes = entries * (sizeof(double) + sizeof(std::int32_t));
+    if (table_bytes > opt.max_bytes || live_bytes > opt.max_bytes - table_bytes)
+      throw plan_error(detail::cat("eliminating layer ", p.name(v), " needs a table of ", entries, " entries; with ",
+                                   live_bytes, " bytes of tables kept that is more than the search's limit of ",
+                                   opt.max_bytes, " bytes"));
 
     // Per factor: v's offsets, and per scope position the offsets of its
     // configurations (empty when the factor does not mention that layer).
@@ -333,6 +350,9 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
       }
     };
     const double work = static_cast<double>(entries) * static_cast<double>(nv) * static_cast<double>(nf + 1);
+    if (opt.max_work && work > static_cast<double>(opt.max_work))
+      throw plan_error(detail::cat("eliminating layer ", p.name(v), " takes ", work,
+                                   " additions, more than the search's limit of ", opt.max_work));
     unsigned nthreads = opt.threads ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
     if (work < 4e6) nthreads = 1;
     nthreads = static_cast<unsigned>(std::min<std::uint64_t>(nthreads, entries));
