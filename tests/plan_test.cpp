@@ -2,7 +2,9 @@
 // program against exhaustive search, and the PaSE tool's minimum costs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -488,4 +490,185 @@ TEST(PlanErrors, SearchRejectsMalformedProblems) {
   q = p;
   q.vertex_costs[1].clear();
   EXPECT_THROW(tp::find_best_strategy(q), typemesh::plan_error);
+}
+
+// ---- sizes, overflow and limits ---------------------------------------------------
+
+namespace {
+
+// Divisors of n up to `limit` by a plain loop (the reference).
+std::vector<std::int64_t> divisors_by_loop(std::int64_t n, std::int64_t limit) {
+  std::vector<std::int64_t> r;
+  for (std::int64_t e = 1; e <= n && e <= limit; ++e)
+    if (n % e == 0) r.push_back(e);
+  return r;
+}
+
+// GenerateSeq as first written: a linear scan for the minimum each step.
+std::vector<int> generate_seq_by_scan(const tp::problem& p) {
+  const int n = p.size();
+  auto nb = tp::neighbours(p);
+  std::vector<int> count(n);
+  for (int v = 0; v < n; ++v) count[v] = static_cast<int>(nb[v].size());
+  std::vector<char> done(n, 0);
+  std::vector<int> order;
+  for (int step = 0; step < n; ++step) {
+    int best = -1;
+    for (int v = 0; v < n; ++v)
+      if (!done[v] && (best < 0 || count[v] < count[best])) best = v;
+    order.push_back(best);
+    done[best] = 1;
+    const auto around = nb[best];
+    for (int u : around) {
+      auto& s = nb[u];
+      s.insert(around.begin(), around.end());
+      s.erase(best);
+      s.erase(u);
+      count[u] = static_cast<int>(s.size());
+    }
+  }
+  return order;
+}
+
+// The configurations of a layer by nested loops over every combination (the
+// reference for the pruned enumeration).
+std::size_t configs_by_loop(const tp::layer& l, std::int64_t procs, double cutoff) {
+  std::vector<std::vector<std::int64_t>> choice;
+  for (const auto& d : l.dims) choice.push_back(tp::dim_splits(d, procs, cutoff));
+  std::vector<std::size_t> at(choice.size(), 0);
+  std::size_t count = 0;
+  for (;;) {
+    std::vector<tp::split_t> c;
+    std::int64_t prod = 1;
+    for (std::size_t i = 0; i < at.size(); ++i) {
+      c.push_back(static_cast<tp::split_t>(choice[i][at[i]]));
+      prod *= choice[i][at[i]];
+    }
+    const bool reshape = l.kind == tp::layer_kind::ravel || l.kind == tp::layer_kind::unravel;
+    if (prod <= procs && (!reshape || tp::contiguous_split(l, c.data()))) ++count;
+    std::size_t j = 0;
+    while (j < at.size() && ++at[j] == choice[j].size()) at[j++] = 0;
+    if (j == at.size()) return count;
+  }
+}
+
+}  // namespace
+
+TEST(PlanConfig, DivisorsAgreeWithAPlainLoop) {
+  for (std::int64_t n = 1; n <= 3000; ++n)
+    for (std::int64_t limit : {std::int64_t{1}, std::int64_t{7}, std::int64_t{64}, n})
+      ASSERT_EQ(tp::divisors(n, limit), divisors_by_loop(n, limit)) << n << " up to " << limit;
+}
+
+TEST(PlanConfig, DivisorsOfSizesNearTwoToTheSixtyThree) {
+  // A loop to the square root takes minutes here; factorisation microseconds.
+  const std::int64_t big_prime = 9223372036854775783;  // the largest prime below 2^63
+  EXPECT_EQ(tp::divisors(big_prime), (std::vector<std::int64_t>{1, big_prime}));
+  EXPECT_EQ(tp::divisors(big_prime, 8), (std::vector<std::int64_t>{1}));
+  std::vector<std::int64_t> powers;
+  for (int i = 0; i <= 62; ++i) powers.push_back(std::int64_t{1} << i);
+  EXPECT_EQ(tp::divisors(std::int64_t{1} << 62), powers);
+  // 2^63 - 1 = 7^2 * 73 * 127 * 337 * 92737 * 649657: 3 * 2^5 divisors.
+  const std::int64_t m = 9223372036854775807;
+  const auto d = tp::divisors(m);
+  EXPECT_EQ(d.size(), 96u);
+  for (auto e : d) EXPECT_EQ(m % e, 0) << e;
+  EXPECT_TRUE(std::is_sorted(d.begin(), d.end()));
+  // Products of two primes near 2^31 (the hardest case for trial division).
+  const std::int64_t p1 = 2147483647, p2 = 2147483629;
+  EXPECT_EQ(tp::divisors(p1 * p2), (std::vector<std::int64_t>{1, p2, p1, p1 * p2}));
+  EXPECT_EQ(tp::dim_splits({"b", m}, 8, 1.0), (std::vector<std::int64_t>{1, 7}));
+}
+
+TEST(PlanConfig, PrunedEnumerationCountsEveryCombination) {
+  for (const auto& name : tp::network_names()) {
+    const auto g = tp::network(name, 128);
+    for (std::int64_t p : {4, 16})
+      for (const auto& l : g.layers)
+        ASSERT_EQ(tp::enumerate_configs(l, p, g.cutoff).size(), configs_by_loop(l, p, g.cutoff))
+            << name << " " << l.name << " p=" << p;
+  }
+}
+
+TEST(PlanConfig, ProcessorsAndConfigurationsAreBounded) {
+  const auto g = tp::alexnet(128);
+  EXPECT_NE(error_of([&] { tp::enumerate_configs(g.layers[0], 2147483648, 4.0); }).find("between 1 and 2147483647"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { tp::build_problem(g, 0); }).find("processor count 0"), std::string::npos);
+  const auto m = error_of([&] { tp::enumerate_configs(g.layers[0], 64, 1.0, 10); });
+  EXPECT_NE(m.find("layer conv1 has more than 10 configurations"), std::string::npos) << m;
+  EXPECT_NO_THROW(tp::enumerate_configs(g.layers[0], 2147483647, 4.0));
+}
+
+TEST(PlanSearch, GenerateSeqIsTheOrderOfTheLinearScan) {
+  std::mt19937 rng(17);
+  for (int i = 0; i < 50; ++i) {
+    const auto p = random_problem(rng, 2 + i % 12, i % 7);
+    EXPECT_EQ(tp::generate_seq(p), generate_seq_by_scan(p)) << i;
+  }
+  for (const auto& name : tp::network_names()) {
+    const auto p = tp::build_problem(tp::network(name, 128), 4);
+    EXPECT_EQ(tp::generate_seq(p), generate_seq_by_scan(p)) << name;
+  }
+}
+
+TEST(PlanErrors, BuilderProductsAreOverflowChecked) {
+  tp::graph_builder g("big");
+  const std::int64_t big = std::int64_t{1} << 62;
+  const auto m = error_of([&] { g.reshape(g.input({big, 4}), {big, 4}, "flat"); });
+  EXPECT_NE(m.find("reshape flat: elements of [4611686018427387904 4]"), std::string::npos) << m;
+  EXPECT_NE(m.find("overflows"), std::string::npos) << m;
+  const auto c = error_of([&] { g.concat({g.input({4, big}), g.input({4, big})}, 1, "cat"); });
+  EXPECT_NE(c.find("concat cat"), std::string::npos) << c;
+  EXPECT_NE(c.find("overflows"), std::string::npos) << c;
+  const auto v = error_of([&] { g.conv(g.input({4, 3, 8, 8}), {8, 3, 3, 3}, 1, big, 0, "c1"); });
+  EXPECT_NE(v.find("pad 4611686018427387904"), std::string::npos) << v;
+  const auto u = error_of([&] { g.unstack(g.input({big, 4}), 0, "u"); });
+  EXPECT_NE(u.find("unstack u: 4611686018427387904 outputs"), std::string::npos) << u;
+  EXPECT_NE(u.find("memory limit"), std::string::npos) << u;
+  // A batch near 2^63 overflows AlexNet's flatten, named.
+  const auto a = error_of([] { tp::network("alexnet", 9223372036854775807); });
+  EXPECT_NE(a.find("reshape flatten"), std::string::npos) << a;
+}
+
+TEST(PlanCost, MachineParametersArePositiveAndFinite) {
+  const auto g = tp::alexnet(128);
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  for (double bad : {inf, -inf, nan, 0.0, -1.0}) {
+    EXPECT_NE(error_of([&] { tp::build_problem(g, 4, tp::machine{bad, 16}); }).find("tflops (--flops)"),
+              std::string::npos)
+        << bad;
+    EXPECT_NE(error_of([&] { tp::build_problem(g, 4, tp::machine{10, bad}); }).find("bandwidth_gb (--bw)"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_NE(error_of([&] { tp::build_problem(g, 4, tp::machine{1e300, 1e-300}); }).find("FLOPs per word"),
+            std::string::npos);
+}
+
+TEST(PlanCost, ProblemMemoryIsLimited) {
+  const auto g = tp::transformer(128);
+  tp::problem_limits lim;
+  lim.max_bytes = 100000;
+  const auto m = error_of([&] { tp::build_problem(g, 16, {}, lim); });
+  EXPECT_NE(m.find("memory limit"), std::string::npos) << m;
+  // Within the limit the problem is the same as without one.
+  lim.max_bytes = std::uint64_t{1} << 30;
+  const auto a = tp::build_problem(g, 16, {}, lim), b = tp::build_problem(g, 16);
+  EXPECT_EQ(a.vertex_costs, b.vertex_costs);
+}
+
+TEST(PlanSearch, MemoryAndWorkAreLimited) {
+  const auto p = tp::build_problem(tp::transformer(128), 8);
+  tp::search_options o;
+  o.max_bytes = 4096;
+  const auto m = error_of([&] { tp::find_best_strategy(p, o); });
+  EXPECT_NE(m.find("more than the search's limit of 4096 bytes"), std::string::npos) << m;
+  o = {};
+  o.max_work = 1000;
+  const auto w = error_of([&] { tp::find_best_strategy(p, o); });
+  EXPECT_NE(w.find("more than the search's limit of 1000"), std::string::npos) << w;
+  o = {};
+  o.max_work = std::uint64_t{1} << 40;
+  EXPECT_EQ(tp::find_best_strategy(p, o).cost, tp::find_best_strategy(p).cost);
 }
