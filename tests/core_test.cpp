@@ -2,12 +2,16 @@
 // against brute force on random meshes and layouts, and every runtime check.
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <numeric>
+#include <random>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include "allocation_limit.hpp"
 #include "support.hpp"
 
 namespace {
@@ -270,3 +274,78 @@ TEST(Errors, ShapeDescribesItself) {
 }
 
 }  // namespace
+// --- Sizes from outside: overflow and allocation -----------------------------
+
+TEST(Sizes, ShapeWhoseElementCountOverflowsNamesItsSizes) {
+  const std::int64_t big = std::int64_t{1} << 32;
+  expect_error<typemesh::shape_error>([&] { shape<d0, d1>(big, big); },
+                                      {"d0=4294967296 d1=4294967296", "number of elements", "overflows"});
+  // Each pair fits; only the product of all three does not.
+  expect_error<typemesh::shape_error>([] { shape<d0, d1, d2>(1 << 30, 1 << 30, 1 << 30); },
+                                      {"d2=1073741824", "overflows"});
+  expect_error<typemesh::shape_error>(
+      [] { shape<d0, d1>(std::array<std::int64_t, 2>{std::int64_t{3} << 61, 4}); }, {"d0=", "d1=4", "overflows"});
+  // An unsigned size above 2^63 - 1 would turn negative or wrap.
+  expect_error<typemesh::shape_error>([] { shape<d0>(~std::uint64_t{0}); },
+                                      {"18446744073709551615", "does not fit"});
+  // The largest products that fit are fine, and exact.
+  shape<d0, d1> edge(std::int64_t{1} << 31, std::int64_t{1} << 31);
+  EXPECT_EQ(edge.elements(), std::int64_t{1} << 62);
+  shape<d0, d1> zero(big, 0);  // zero elements, whatever the other sizes
+  EXPECT_EQ(zero.elements(), 0);
+}
+
+TEST(Sizes, MeshNamingFarDeviceIdsAllocatesForItsDevicesOnly) {
+  using M = mesh<"far", a0, a1>;
+  tt::allocation_limit limit(1 << 20);  // a table indexed by device id would need gigabytes
+  for (int far : {200'000'000, 2'000'000'000, std::numeric_limits<int>::max()}) {
+    M m({2, 1}, {far, 3});
+    EXPECT_EQ(m.device_count(), 2);
+    EXPECT_TRUE(m.contains(far) && m.contains(3) && !m.contains(0) && !m.contains(far - 1));
+    EXPECT_EQ(m.coordinate_of(far), (std::array<int, 2>{0, 0}));
+    EXPECT_EQ(m.device_at({1, 0}), 3);
+    EXPECT_EQ(m.group_along<a0>(3).devices, (std::vector<int>{far, 3}));
+  }
+  expect_error<typemesh::device_error>([] { M({2, 1}, {2'000'000'000, 2'000'000'000}); },
+                                       {"device 2000000000 appears twice"});
+}
+
+// Against brute force: which ids a mesh contains and where, for device lists
+// in random order with gaps.
+TEST(Sizes, MeshPositionsMatchBruteForce) {
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<int> ids(40);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<int> devices(ids.begin(), ids.begin() + 12);
+    mesh<"r", a0, a1> m({3, 4}, devices);
+    for (int id = -2; id < 42; ++id) {
+      auto at = std::find(devices.begin(), devices.end(), id);
+      auto c = m.coordinate_of(id);
+      ASSERT_EQ(c.has_value(), at != devices.end()) << "device " << id;
+      if (c) {
+        const int p = static_cast<int>(at - devices.begin());
+        EXPECT_EQ(*c, (std::array<int, 2>{p / 4, p % 4})) << "device " << id;
+      }
+    }
+  }
+}
+
+TEST(Sizes, MeshWhoseDeviceCountOverflowsNamesItsAxes) {
+  using M = mesh<"huge", a0, a1>;
+  expect_error<typemesh::shape_error>([] { M({65536, 65536}); },
+                                      {"mesh 'huge'", "a0=65536 a1=65536", "number of devices", "overflows"});
+  expect_error<typemesh::shape_error>([] { M({65536, 65536}, {0}); }, {"a0=65536 a1=65536", "overflows"});
+  using M3 = mesh<"huge3", a0, a1, a2>;
+  expect_error<typemesh::shape_error>([] { M3({2048, 2048, 2048}); }, {"a0=2048 a1=2048 a2=2048", "overflows"});
+}
+
+TEST(Sizes, DeviceRangesStayWithinInts) {
+  const int max = std::numeric_limits<int>::max();
+  EXPECT_EQ(typemesh::devices::range(max - 1, 2), (std::vector<int>{max - 1, max}));
+  expect_error<typemesh::device_error>([&] { typemesh::devices::range(max, 2); },
+                                       {"devices::range(2147483647, 2)", "overflows"});
+  EXPECT_TRUE(typemesh::devices::range(max, 0).empty());
+}
+

@@ -352,3 +352,84 @@ TEST(Autodiff, ErrorsNameTheTensor) {
 }
 
 }  // namespace
+// --- Optimizers: a variable without a gradient ------------------------------------
+
+// The values of a tensor on this device, as doubles (empty outside its mesh).
+template <class Tensor>
+std::vector<double> local_values(const Tensor& t) {
+  auto l = t.local();
+  return {l.begin(), l.end()};
+}
+
+// A step on variables backward has not reached since the last step is an
+// error naming them, and changes nothing; the option lets it skip them.
+template <class Opt>
+void check_missing_gradients(const char* name, Opt strict, Opt lenient) {
+  typemesh::launch(2, [&] {
+    M2 m({2, 1});
+    auto w = typemesh::variable<layout<d0(a0)>, double>(m, "net/w", S01{4, 3}, typemesh::init::constant{1.0});
+    auto b = typemesh::variable<layout<>, double>(m, "net/b", shape<d1>{3}, typemesh::init::constant{1.0});
+    const auto w0 = local_values(w), b0 = local_values(b);
+    Opt opt = strict;
+    // backward forgotten: both named, nothing changes.
+    expect_error<typemesh::error>([&] { opt.step(w, b); },
+                                  {std::string(name) + ".step", "variables 'net/w', 'net/b' have no gradient",
+                                   "backward", "allow_missing_gradients"});
+    EXPECT_EQ(local_values(w), w0);
+    // The loss reaches w only: b is named, and w is not updated either.
+    typemesh::backward(typemesh::reduce_sum(w * w));
+    expect_error<typemesh::error>([&] { opt.step(w, b); }, {"variable 'net/b' has no gradient"});
+    EXPECT_EQ(local_values(w), w0);
+    EXPECT_TRUE(w.has_grad());
+    opt.step(w);  // the gradient backward left is still there
+    const auto w1 = local_values(w);
+    for (std::size_t i = 0; i < w1.size(); ++i) EXPECT_LT(w1[i], w0[i]) << name << ": d/dw sum(w^2) = 2w > 0";
+    // The step used the gradient: the next step needs another backward.
+    expect_error<typemesh::error>([&] { opt.step(w); }, {"variable 'net/w' has no gradient since the last step"});
+    // Allowed explicitly: w steps as the strict optimizer does, b is left alone.
+    Opt allowing = lenient, reference = strict;
+    auto w_ref = typemesh::variable<layout<d0(a0)>, double>(m, "net/w", S01{4, 3}, typemesh::init::constant{1.0});
+    auto w_opt = typemesh::variable<layout<d0(a0)>, double>(m, "net/w", S01{4, 3}, typemesh::init::constant{1.0});
+    typemesh::backward(typemesh::reduce_sum(w_ref * w_ref));
+    reference.step(w_ref);
+    typemesh::backward(typemesh::reduce_sum(w_opt * w_opt));
+    allowing.step(w_opt, b);
+    EXPECT_EQ(local_values(w_opt), local_values(w_ref)) << name;
+    EXPECT_EQ(local_values(b), b0) << name;
+    // A tensor that is not a variable never gets a gradient: always an error.
+    auto x = import_tensor<layout<>>(m, host(S01{4, 3}, random_values(12, 3)));
+    expect_error<typemesh::error>([&] { allowing.step(x); },
+                                  {"1 of its 1 arguments is a tensor that does not require a gradient"});
+  });
+}
+
+TEST(Optimizers, StepWithoutGradientNamesTheVariables) {
+  check_missing_gradients("optim::sgd", typemesh::optim::sgd(0.1),
+                          typemesh::optim::sgd(0.1, {.allow_missing_gradients = true}));
+  check_missing_gradients("optim::adam", typemesh::optim::adam(0.01),
+                          typemesh::optim::adam(0.01, {.allow_missing_gradients = true}));
+}
+
+// A device outside a variable's mesh holds none of it: no gradient there is
+// not a missing gradient, and the devices of the mesh step as one device does.
+TEST(Optimizers, DevicesOutsideAVariablesMeshStepWithoutError) {
+  auto run = [](int devices, std::vector<int> mesh_devices) {
+    return typemesh::launch(devices, [&](typemesh::device& dev) {
+      M2 m({static_cast<int>(mesh_devices.size()), 1}, mesh_devices);
+      auto w = typemesh::variable<layout<d0(a0)>, double>(m, "w", S01{4, 3}, typemesh::init::normal{1.0}, 5);
+      typemesh::optim::sgd opt(0.1);
+      for (int step = 0; step < 2; ++step) {
+        typemesh::backward(typemesh::reduce_sum(w * w * w));
+        opt.step(w);
+      }
+      EXPECT_EQ(w.holds_data(), m.contains(dev.id()));
+      return typemesh::export_tensor(w).values();
+    });
+  };
+  const auto one = run(1, {0})[0];
+  const auto four = run(4, {2, 1});  // devices 0 and 3 hold nothing
+  EXPECT_EQ(four[1], one);
+  EXPECT_EQ(four[2], one);
+  EXPECT_TRUE(four[0].empty() && four[3].empty());
+}
+

@@ -1,10 +1,12 @@
 // Distributed tensors on simulated devices: import/export round trips under
 // every device relation of the seed, the tensor collectives against serial
 // references, elementwise kernels and reductions, and the runtime checks.
+#include <cstdint>
 #include <functional>
 #include <numeric>
 #include <vector>
 
+#include "allocation_limit.hpp"
 #include "support.hpp"
 
 namespace {
@@ -196,6 +198,55 @@ TEST(TensorErrors, RuntimeChecksNameWhatIsWrong) {
     expect_error<typemesh::shape_error>([&] { a + c; }, {"[d0=2 d1=2 d2=2]", "[d0=2 d1=4 d2=2]"});
   });
   expect_error<typemesh::shape_error>([] { whole(S{2, 2, 2}, std::vector<float>(7)); }, {"needs 8", "7 were given"});
+}
+
+// --- Sizes from outside ----------------------------------------------------------
+
+// values() is a mutable vector; a host tensor whose vector no longer matches
+// its shape is refused by import_tensor, on every device, before any copy.
+TEST(TensorSizes, ImportChecksTheHostTensorsElementCount) {
+  launch(4, [](device&) {
+    for (std::size_t n : {3u, 0u, 9u}) {
+      whole h = numbered(S{2, 2, 2});
+      h.values().resize(n);
+      h.values().shrink_to_fit();  // so that reading past the end is outside the allocation
+      for (const M& m : {M({2, 2}), M({2, 1}, {2, 3})}) {  // all devices, and a mesh without devices 0 and 1
+        expect_error<typemesh::shape_error>([&] { typemesh::import_tensor<layout<d0(a0)>>(m, h); },
+                                            {"import_tensor", "[d0=2 d1=2 d2=2]",
+                                             "holds " + std::to_string(n) + " values", "needs 8"});
+      }
+    }
+  });
+}
+
+// A mesh naming devices the run does not have is an error naming them, and
+// nothing is allocated for the ids on the way.
+TEST(TensorSizes, MeshNamingDevicesBeyondTheRunAllocatesNothingForThem) {
+  const whole h = numbered(S{2, 2, 2});
+  tt::allocation_limit limit(64 << 20);
+  launch(2, [&](device&) {
+    for (int far : {200'000'000, 2'000'000'000}) {
+      expect_error<typemesh::device_error>(
+          [&] { typemesh::import_tensor<layout<d0(a0)>>(M({2, 1}, {1, far}), h); },
+          {"names device " + std::to_string(far), "the run has 2 devices"});
+    }
+  });
+}
+
+TEST(TensorSizes, HostTensorSizesAreCheckedBeforeAllocating) {
+  using S2 = shape<d0, d1>;
+  const std::int64_t big = std::int64_t{1} << 32;
+  // The element count overflows: today's product would wrap to 0 elements.
+  expect_error<typemesh::shape_error>([&] { host_tensor<float, S2> h(S2{big, big}); },
+                                      {"d0=4294967296 d1=4294967296", "overflows"});
+  // The element count fits, the byte count does not.
+  expect_error<typemesh::shape_error>(
+      [] { host_tensor<float, shape<d0>> h(shape<d0>{std::int64_t{1} << 62}); },
+      {"[d0=4611686018427387904]", "4 bytes each", "more bytes than this machine can address"});
+  // It fits, but there is no memory for it (here: a limit of 1 GiB).
+  tt::allocation_limit limit(std::size_t{1} << 30);
+  expect_error<typemesh::error>([] { host_tensor<float, S2> h(S2{1 << 16, 1 << 16}); },
+                                {"[d0=65536 d1=65536]", "could not be allocated"});
 }
 
 }  // namespace

@@ -19,6 +19,10 @@ inline std::vector<int> range(int first, int count) {
   if (first < 0 || count < 0) {
     throw device_error(detail::cat("devices::range(", first, ", ", count, "): first and count must not be negative"));
   }
+  if (int last; count > 0 && __builtin_add_overflow(first, count - 1, &last)) {
+    throw device_error(detail::cat("devices::range(", first, ", ", count, "): the last device id, ", first, " + ",
+                                   count - 1, ", overflows an int"));
+  }
   std::vector<int> v(count);
   std::iota(v.begin(), v.end(), first);
   return v;

@@ -9,6 +9,7 @@
 // device at coordinate (i, j) is devices[i * 4 + j].
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <memory>
@@ -16,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "typemesh/core/diagnostics.hpp"
@@ -50,35 +52,36 @@ class mesh {
   explicit mesh(const std::array<int, rank>& sizes) : mesh(sizes, iota(sizes)) {}
 
   mesh(const std::array<int, rank>& sizes, std::vector<int> devices) {
+    const std::size_t n = static_cast<std::size_t>(device_count_of(sizes));
+    if (devices.size() != n) {
+      throw shape_error(detail::cat("mesh '", name, "' of shape ", describe_sizes(sizes), " needs ", n,
+                                    " devices, but its device list ", detail::list(devices), " has ", devices.size()));
+    }
+    // The lookup from device id to position is a sorted list, not a table
+    // indexed by id: its size is the mesh's, whatever ids it names (a mesh
+    // naming device 2000000000 costs no more than one naming device 1).
+    // Whether the run has those devices is checked where the mesh meets a
+    // device (a tensor on it), before anything is allocated for them.
+    std::vector<std::pair<int, int>> index;
+    index.reserve(n);
+    for (std::size_t p = 0; p < n; ++p) {
+      if (devices[p] < 0) {
+        throw device_error(detail::cat("mesh '", name, "': device list ", detail::list(devices),
+                                       " has a negative device id ", devices[p]));
+      }
+      index.emplace_back(devices[p], static_cast<int>(p));
+    }
+    std::sort(index.begin(), index.end());
+    for (std::size_t i = 1; i < index.size(); ++i) {
+      if (index[i].first == index[i - 1].first) {
+        throw device_error(detail::cat("mesh '", name, "': device ", index[i].first,
+                                       " appears twice in the device list ", detail::list(devices)));
+      }
+    }
     auto d = std::make_shared<data>();
     d->sizes = sizes;
     d->devices = std::move(devices);
-    std::size_t n = 1;
-    for (std::size_t a = 0; a < rank; ++a) {
-      if (sizes[a] < 1) {
-        throw shape_error(detail::cat("mesh '", name, "': axis ", axis_names[a], " has size ", sizes[a],
-                                      "; every axis needs at least one device"));
-      }
-      n *= static_cast<std::size_t>(sizes[a]);
-    }
-    if (d->devices.size() != n) {
-      throw shape_error(detail::cat("mesh '", name, "' of shape ", describe_sizes(sizes), " needs ", n,
-                                    " devices, but its device list ", detail::list(d->devices), " has ",
-                                    d->devices.size()));
-    }
-    for (std::size_t p = 0; p < n; ++p) {
-      int dev = d->devices[p];
-      if (dev < 0) {
-        throw device_error(detail::cat("mesh '", name, "': device list ", detail::list(d->devices),
-                                       " has a negative device id ", dev));
-      }
-      if (static_cast<std::size_t>(dev) >= d->position.size()) d->position.resize(dev + 1, -1);
-      if (d->position[dev] != -1) {
-        throw device_error(detail::cat("mesh '", name, "': device ", dev, " appears twice in the device list ",
-                                       detail::list(d->devices)));
-      }
-      d->position[dev] = static_cast<int>(p);
-    }
+    d->position = std::move(index);
     data_ = std::move(d);
   }
 
@@ -185,13 +188,28 @@ class mesh {
   struct data {
     std::array<int, rank> sizes{};
     std::vector<int> devices;
-    std::vector<int> position;  // device id -> index in devices, or -1
+    std::vector<std::pair<int, int>> position;  // (device id, index in devices), sorted by id
   };
 
-  static std::vector<int> iota(const std::array<int, rank>& sizes) {
+  // The number of devices a mesh of these axis sizes has: every axis at least
+  // one device, and a product that fits in an int (a device id).
+  static int device_count_of(const std::array<int, rank>& sizes) {
     int n = 1;
-    for (int s : sizes) n *= s > 0 ? s : 1;
-    std::vector<int> v(n);
+    for (std::size_t a = 0; a < rank; ++a) {
+      if (sizes[a] < 1) {
+        throw shape_error(detail::cat("mesh '", name, "': axis ", axis_names[a], " has size ", sizes[a],
+                                      "; every axis needs at least one device"));
+      }
+      if (__builtin_mul_overflow(n, sizes[a], &n)) {
+        throw shape_error(detail::cat("mesh '", name, "' of shape ", describe_sizes(sizes),
+                                      ": the number of devices (the product of the axis sizes) overflows an int"));
+      }
+    }
+    return n;
+  }
+
+  static std::vector<int> iota(const std::array<int, rank>& sizes) {
+    std::vector<int> v(static_cast<std::size_t>(device_count_of(sizes)));
     std::iota(v.begin(), v.end(), 0);
     return v;
   }
@@ -203,8 +221,9 @@ class mesh {
   }
 
   int position(int device) const {
-    if (device < 0 || static_cast<std::size_t>(device) >= data_->position.size()) return -1;
-    return data_->position[device];
+    const auto& index = data_->position;
+    auto it = std::lower_bound(index.begin(), index.end(), std::pair<int, int>{device, -1});
+    return it != index.end() && it->first == device ? it->second : -1;
   }
 
   std::shared_ptr<const data> data_;

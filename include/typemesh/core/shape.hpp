@@ -8,8 +8,10 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "typemesh/core/diagnostics.hpp"
 #include "typemesh/core/dim.hpp"
@@ -39,21 +41,13 @@ class shape {
 
   template <std::integral... Sizes>
     requires(sizeof...(Sizes) == rank && rank > 0)
-  explicit(false) shape(Sizes... sizes) : sizes_{static_cast<std::int64_t>(sizes)...} {
-    for (std::size_t i = 0; i < rank; ++i) {
-      if (sizes_[i] < 0) {
-        throw shape_error(detail::cat("dim ", dim_names[i], " has negative size ", sizes_[i]));
-      }
-    }
+  explicit(false) shape(Sizes... sizes) : sizes_{checked_size(sizes)...} {
+    validate();
   }
 
   explicit shape(const std::array<std::int64_t, rank>& sizes) : shape() {
     sizes_ = sizes;
-    for (std::size_t i = 0; i < rank; ++i) {
-      if (sizes_[i] < 0) {
-        throw shape_error(detail::cat("dim ", dim_names[i], " has negative size ", sizes_[i]));
-      }
-    }
+    validate();
   }
 
   template <class D>
@@ -65,6 +59,8 @@ class shape {
   std::int64_t operator[](std::size_t i) const { return sizes_[i]; }
   const std::array<std::int64_t, rank>& sizes() const { return sizes_; }
 
+  // Never overflows: the constructors reject shapes whose product does not
+  // fit in 64 bits.
   std::int64_t elements() const {
     std::int64_t n = 1;
     for (auto s : sizes_) n *= s;
@@ -83,6 +79,43 @@ class shape {
   friend bool operator==(const shape&, const shape&) = default;
 
  private:
+  // A size given as an unsigned or wider integer must survive the conversion
+  // to int64: 2^64 - 1 must not become -1, and 2^63 must not wrap.
+  template <std::integral I>
+  static std::int64_t checked_size(I size) {
+    if constexpr (std::is_unsigned_v<I>) {
+      if (size > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        throw shape_error(detail::cat("a shape ", describe_names(), " is given the size ", +size,
+                                      ", which does not fit in a 64-bit signed size"));
+      }
+    }
+    return static_cast<std::int64_t>(size);
+  }
+
+  // No negative size, and a number of elements that fits in 64 bits, so that
+  // elements() and every offset into the tensor are exact.
+  void validate() const {
+    for (std::size_t i = 0; i < rank; ++i) {
+      if (sizes_[i] < 0) {
+        throw shape_error(detail::cat("dim ", dim_names[i], " has negative size ", sizes_[i]));
+      }
+    }
+    std::int64_t n = 1;
+    for (std::size_t i = 0; i < rank; ++i) {
+      if (__builtin_mul_overflow(n, sizes_[i], &n)) {
+        throw shape_error(detail::cat("shape ", describe(), ": the number of elements (the product of the sizes) ",
+                                      "overflows a 64-bit size"));
+      }
+    }
+  }
+
+  // "[batch k]": the dims alone, for a message about a size not yet stored.
+  static std::string describe_names() {
+    std::string out = "[";
+    for (std::size_t i = 0; i < rank; ++i) out += detail::cat(i ? " " : "", dim_names[i]);
+    return out + "]";
+  }
+
   std::array<std::int64_t, rank> sizes_{};
 };
 

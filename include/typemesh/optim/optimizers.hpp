@@ -1,14 +1,25 @@
 // Optimizers: a step over all variables, from the gradients `backward` left
-// in them. A step clears the gradients it used. Variables that the loss did
-// not reach (no gradient) are left as they are.
+// in them. A step clears the gradients it used.
 //
 //   typemesh::optim::sgd opt(0.01);        // the reference's optimizer and rate
 //   typemesh::backward(loss);
 //   opt.step(w0, w1, bias);
+//
+// A variable given to step() that has no gradient since the last step is an
+// error naming it: usually backward was forgotten, or the loss does not
+// depend on the variable. A program whose loss genuinely leaves some
+// variables out says so, and those are left as they are:
+//
+//   typemesh::optim::sgd opt(0.01, {.allow_missing_gradients = true});
+//   typemesh::optim::adam opt(1e-3, {.allow_missing_gradients = true});
+//
+// On a device outside a variable's mesh the variable holds nothing, and it
+// is skipped: that is not a missing gradient.
 #pragma once
 
 #include <cmath>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -17,13 +28,52 @@
 namespace typemesh::optim {
 
 // Plain gradient descent: w -= rate * grad.
+// What every optimizer accepts besides its rates.
+struct options {
+  // Leave variables without a gradient as they are instead of failing.
+  bool allow_missing_gradients = false;
+};
+
+namespace detail {
+
+// Checked before any variable changes, so a failed step leaves all of them
+// as they were. Only devices that hold a variable's data look at it.
+template <class... Variables>
+void check_gradients(const char* optimizer, const options& o, const Variables&... vars) {
+  std::vector<std::string> missing;  // names of variables without a gradient
+  int not_variables = 0;             // tensors that never get one
+  auto check = [&](const auto& v) {
+    if (!v.holds_data() || v.has_grad()) return;
+    if (v.tracked()) missing.push_back("'" + v.node()->what + "'");
+    else ++not_variables;
+  };
+  (check(vars), ...);
+  if (not_variables) {
+    throw error(typemesh::detail::cat(optimizer, ".step: ", not_variables, " of its ", sizeof...(vars), " arguments ",
+                                      not_variables == 1 ? "is a tensor that does" : "are tensors that do",
+                                      " not require a gradient; step() takes variables (typemesh::variable, or a "
+                                      "tensor after requires_grad)"));
+  }
+  if (missing.empty() || o.allow_missing_gradients) return;
+  std::string names;
+  for (std::size_t i = 0; i < missing.size(); ++i) names += (i ? ", " : "") + missing[i];
+  const bool one = missing.size() == 1;
+  throw error(typemesh::detail::cat(
+      optimizer, ".step: ", one ? "variable " : "variables ", names, one ? " has" : " have",
+      " no gradient since the last step; call typemesh::backward(loss) before step(), or, if the loss does not "
+      "depend on ", one ? "it" : "them", ", construct the optimizer with {.allow_missing_gradients = true}"));
+}
+
+}  // namespace detail
+
 class sgd {
  public:
-  explicit sgd(double rate = 0.01) : rate_(rate) {}
+  explicit sgd(double rate = 0.01, options o = {}) : rate_(rate), options_(o) {}
 
   template <class... Variables>
   void step(Variables&... vars) {
     (update(vars), ...);
+    detail::check_gradients("optim::sgd", options_, vars...);
   }
 
  private:
@@ -39,17 +89,22 @@ class sgd {
   }
   double rate_;
 };
+  options options_;
 
 // Adam (Kingma & Ba), with bias correction. Its moments live here, keyed by
 // the variable.
 class adam {
  public:
-  explicit adam(double rate = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double epsilon = 1e-8)
-      : rate_(rate), beta1_(beta1), beta2_(beta2), epsilon_(epsilon) {}
+  explicit adam(double rate = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double epsilon = 1e-8,
+                options o = {})
+      : rate_(rate), beta1_(beta1), beta2_(beta2), epsilon_(epsilon), options_(o) {}
+  // The rate and the options, with the usual betas and epsilon.
+  explicit adam(double rate, options o) : adam(rate, 0.9, 0.999, 1e-8, o) {}
 
   template <class... Variables>
   void step(Variables&... vars) {
     ++t_;
+    detail::check_gradients("optim::adam", options_, vars...);
     (update(vars), ...);
   }
 
@@ -78,6 +133,7 @@ class adam {
 
   double rate_, beta1_, beta2_, epsilon_;
   long t_ = 0;
+  options options_;
   std::unordered_map<const autodiff::node*, moments> state_;
 };
 

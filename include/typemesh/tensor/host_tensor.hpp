@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <new>
 #include <vector>
 
 #include "typemesh/core/error.hpp"
@@ -23,7 +24,7 @@ class host_tensor {
   static constexpr std::size_t rank = Shape::rank;
 
   host_tensor() = default;
-  explicit host_tensor(const Shape& s, T value = T{}) : shape_(s), data_(s.elements(), value) {}
+  explicit host_tensor(const Shape& s, T value = T{}) : shape_(s), data_(allocate(s, value)) {}
   host_tensor(const Shape& s, std::vector<T> data) : shape_(s), data_(std::move(data)) {
     if (static_cast<std::int64_t>(data_.size()) != s.elements()) {
       throw shape_error(detail::cat("a host tensor of shape ", s.describe(), " needs ", s.elements(),
@@ -51,6 +52,23 @@ class host_tensor {
   friend bool operator==(const host_tensor&, const host_tensor&) = default;
 
  private:
+  // The shape's element count fits in 64 bits (shape checks that); its byte
+  // count may still not, or may exceed memory: both are errors naming the
+  // shape, not a length_error or bad_alloc from inside std::vector.
+  static std::vector<T> allocate(const Shape& s, const T& value) {
+    const std::int64_t n = s.elements();
+    if (static_cast<std::uint64_t>(n) > std::vector<T>().max_size()) {
+      throw shape_error(detail::cat("a host tensor of shape ", s.describe(), " has ", n, " elements of ", sizeof(T),
+                                    " bytes each: more bytes than this machine can address"));
+    }
+    try {
+      return std::vector<T>(static_cast<std::size_t>(n), value);
+    } catch (const std::bad_alloc&) {
+      throw error(detail::cat("a host tensor of shape ", s.describe(), " needs ", n, " elements of ", sizeof(T),
+                              " bytes each, and that much memory could not be allocated"));
+    }
+  }
+
   Shape shape_{};
   std::vector<T> data_;
 };

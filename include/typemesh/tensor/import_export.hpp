@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "typemesh/backend/kernels.hpp"
@@ -27,6 +28,14 @@ group splitting_group(const Tensor& t) {
 // holds (as a program's inputs are); nothing is communicated.
 template <class Layout, class T, class Shape, class Mesh>
 tensor<T, Shape, Layout, Mesh> import_tensor(const Mesh& m, const host_tensor<T, Shape>& whole) {
+  // values() is a mutable vector: a program may have resized it since the
+  // host tensor was made. Checked on every device, before anything is
+  // allocated, so that all of them report it.
+  if (static_cast<std::uint64_t>(whole.size()) != static_cast<std::uint64_t>(whole.shape().elements())) {
+    throw shape_error(detail::cat("import_tensor: the host tensor of shape ", whole.shape().describe(), " holds ",
+                                  whole.size(), " values, but its shape needs ", whole.shape().elements(),
+                                  " (was its values() vector resized?)"));
+  }
   tensor<T, Shape, Layout, Mesh> t(m, whole.shape());
   if (t.holds_data()) {
     backend::storage<T> staged(whole.values().begin(), whole.values().end());
