@@ -273,7 +273,6 @@ TEST(Errors, ShapeDescribesItself) {
   EXPECT_EQ((shape<d0, d2>{3, 5}.size<d2>()), 5);
 }
 
-}  // namespace
 // --- Sizes from outside: overflow and allocation -----------------------------
 
 TEST(Sizes, ShapeWhoseElementCountOverflowsNamesItsSizes) {
@@ -349,3 +348,4 @@ TEST(Sizes, DeviceRangesStayWithinInts) {
   EXPECT_TRUE(typemesh::devices::range(max, 0).empty());
 }
 
+}  // namespace

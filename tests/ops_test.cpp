@@ -351,7 +351,6 @@ TEST(Autodiff, ErrorsNameTheTensor) {
   });
 }
 
-}  // namespace
 // --- Optimizers: a variable without a gradient ------------------------------------
 
 // The values of a tensor on this device, as doubles (empty outside its mesh).
@@ -433,3 +432,4 @@ TEST(Optimizers, DevicesOutsideAVariablesMeshStepWithoutError) {
   EXPECT_TRUE(four[0].empty() && four[3].empty());
 }
 
+}  // namespace

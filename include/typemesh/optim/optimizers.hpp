@@ -27,7 +27,6 @@
 
 namespace typemesh::optim {
 
-// Plain gradient descent: w -= rate * grad.
 // What every optimizer accepts besides its rates.
 struct options {
   // Leave variables without a gradient as they are instead of failing.
@@ -66,14 +65,15 @@ void check_gradients(const char* optimizer, const options& o, const Variables&..
 
 }  // namespace detail
 
+// Plain gradient descent: w -= rate * grad.
 class sgd {
  public:
   explicit sgd(double rate = 0.01, options o = {}) : rate_(rate), options_(o) {}
 
   template <class... Variables>
   void step(Variables&... vars) {
-    (update(vars), ...);
     detail::check_gradients("optim::sgd", options_, vars...);
+    (update(vars), ...);
   }
 
  private:
@@ -88,8 +88,8 @@ class sgd {
     v.zero_grad();
   }
   double rate_;
-};
   options options_;
+};
 
 // Adam (Kingma & Ba), with bias correction. Its moments live here, keyed by
 // the variable.
@@ -103,8 +103,8 @@ class adam {
 
   template <class... Variables>
   void step(Variables&... vars) {
-    ++t_;
     detail::check_gradients("optim::adam", options_, vars...);
+    ++t_;
     (update(vars), ...);
   }
 
@@ -132,8 +132,8 @@ class adam {
   }
 
   double rate_, beta1_, beta2_, epsilon_;
-  long t_ = 0;
   options options_;
+  long t_ = 0;
   std::unordered_map<const autodiff::node*, moments> state_;
 };
 
