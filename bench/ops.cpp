@@ -256,7 +256,7 @@ void conv_layer(const options& o, int batch, int side, int cin, int cout) {
         m, typemesh::host_tensor<float, shape<b, h_dim, w_dim, c_dim>>({batch, side, side, cin}, xs));
     auto f = typemesh::variable<layout<>>(m, "f", shape<fh, fw, c_dim, n>{3, 3, cin, cout}, typemesh::init::normal{0.1});
     auto step = [&] {
-      auto y = typemesh::conv2d(x, f, {1, 1}, typemesh::padding::same);
+      auto y = typemesh::conv2d<h_dim, w_dim, fh, fw>(x, f, {.strides = {1, 1}, .padding = typemesh::padding::same});
       typemesh::backward(typemesh::reduce_sum(y));
       f.zero_grad();
     };

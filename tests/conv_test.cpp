@@ -3,7 +3,10 @@
 // allreduced) and out-channels, each equal to the one-device run and to
 // finite differences (tests/grad_check.hpp); forward values against direct
 // loops written here; TensorFlow's SAME padding split on known answers; the
-// allreduces the layouts imply; errors naming the dims.
+// allreduces the layouts imply; errors naming the dims. Dims are found by
+// role: images and filters whose dims come in other orders (with any number
+// of batch-like dims) give the canonical order's values and gradients,
+// rearranged by plain loops written here.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -29,10 +32,12 @@ struct fh : typemesh::dim<"fh"> {};
 struct fw : typemesh::dim<"fw"> {};
 struct oh : typemesh::dim<"oh"> {};
 struct ow : typemesh::dim<"ow"> {};
+struct group : typemesh::dim<"group"> {};  // a second batch-like dim
 
 using M2 = typemesh::mesh<"conv", a0, a1>;
-using image = shape<batch, h, w, c>;
+using image = shape<batch, h, w, c>;  // the kernel's own orders: used in place
 using filter = shape<fh, fw, c, k>;
+using conv_out = shape<batch, h, w, k>;
 
 // Sizes: height and width differ, and so do the filter's, so a swap of the
 // two shows; fw = 4 on w = 6 gives SAME an odd total padding (split 1 + 2).
@@ -68,10 +73,11 @@ axis_plan tf_axis(int in, int size, int stride, padding p) {
   return {out, std::max((out - 1) * stride + size - in, 0) / 2};
 }
 
-values naive_conv(const values& x, const values& f, const config& cfg) {
+// x [images, NH, NW, NC], f [FH, FW, NC, NK] -> [images, out h, out w, NK].
+values naive_conv(const values& x, const values& f, const config& cfg, int images = NB) {
   const auto ph = tf_axis(NH, FH, int(cfg.step.h), cfg.pad), pw = tf_axis(NW, FW, int(cfg.step.w), cfg.pad);
-  values y(std::size_t(NB) * ph.out * pw.out * NK, 0.0);
-  for (int b = 0; b < NB; ++b)
+  values y(std::size_t(images) * ph.out * pw.out * NK, 0.0);
+  for (int b = 0; b < images; ++b)
     for (int i = 0; i < ph.out; ++i)
       for (int j = 0; j < pw.out; ++j)
         for (int o = 0; o < NK; ++o) {
@@ -91,6 +97,7 @@ values naive_conv(const values& x, const values& f, const config& cfg) {
 enum class pool_kind { max, avg };
 constexpr int PH = 3, PW = 2;  // pooling window
 
+// x [NB, NH, NW, NC] -> [NB, out h, out w, NC].
 values naive_pool(const values& x, const config& cfg, pool_kind kind) {
   const auto ph = tf_axis(NH, PH, int(cfg.step.h), cfg.pad), pw = tf_axis(NW, PW, int(cfg.step.w), cfg.pad);
   values y;
@@ -112,6 +119,33 @@ values naive_pool(const values& x, const config& cfg, pool_kind kind) {
   return y;
 }
 
+// v, the elements of a tensor of shape `from` (row-major), rearranged into
+// the dim order of To (the same dims).
+template <class To, class From>
+values permuted(const values& v, const From& from) {
+  constexpr std::size_t r = From::rank;
+  std::array<std::size_t, r> to_position{};
+  [&]<class... Ds>(typemesh::type_list<Ds...>) {
+    std::size_t i = 0;
+    ((to_position[i++] = To::template index_of<Ds>), ...);
+  }(typemesh::dims_of<From>{});
+  const auto sizes = from.sizes();
+  std::array<std::int64_t, r> to_sizes{}, to_stride{};
+  for (std::size_t i = 0; i < r; ++i) to_sizes[to_position[i]] = sizes[i];
+  std::int64_t stride = 1;
+  for (std::size_t j = r; j-- > 0;) to_stride[j] = stride, stride *= to_sizes[j];
+  values out(v.size());
+  for (std::size_t e = 0; e < v.size(); ++e) {
+    std::int64_t rest = std::int64_t(e), at = 0;
+    for (std::size_t i = r; i-- > 0;) {
+      at += rest % sizes[i] * to_stride[to_position[i]];
+      rest /= sizes[i];
+    }
+    out[std::size_t(at)] = v[e];
+  }
+  return out;
+}
+
 // --- conv2d ---------------------------------------------------------------------
 
 struct conv_case {
@@ -121,7 +155,7 @@ struct conv_case {
     auto x = import_tensor<LX>(m, host(image{NB, NH, NW, NC}, in[0]));
     auto f = import_tensor<LF>(m, host(filter{FH, FW, NC, NK}, in[1]));
     x.requires_grad("x"), f.requires_grad("filter");
-    return finish(weighted_sum(typemesh::conv2d(x, f, cfg.step, cfg.pad)), x, f);
+    return finish(weighted_sum(typemesh::conv2d<h, w, fh, fw>(x, f, {.strides = cfg.step, .padding = cfg.pad})), x, f);
   }
 };
 
@@ -132,7 +166,8 @@ values conv_values(typemesh::mesh<"conv", a0, a1>::coords sizes, const std::vect
     M2 m(sizes);
     auto x = import_tensor<LX>(m, host(image{NB, NH, NW, NC}, in[0]));
     auto f = import_tensor<LF>(m, host(filter{FH, FW, NC, NK}, in[1]));
-    return typemesh::export_tensor(typemesh::conv2d(x, f, cfg.step, cfg.pad)).values();
+    return typemesh::export_tensor(typemesh::conv2d<h, w, fh, fw>(x, f, {.strides = cfg.step, .padding = cfg.pad}))
+        .values();
   })[0];
 }
 
@@ -170,7 +205,7 @@ struct pointwise_case {
     auto x = import_tensor<LX>(m, host(image{NB, 3, 2, NC}, in[0]));
     auto f = import_tensor<LF>(m, host(filter{1, 1, NC, NK}, in[1]));
     x.requires_grad("x"), f.requires_grad("filter");
-    return finish(weighted_sum(typemesh::conv2d(x, f, {1, 1}, padding::same)), x, f);
+    return finish(weighted_sum(typemesh::conv2d<h, w, fh, fw>(x, f)), x, f);  // the defaults: stride 1, SAME
   }
 };
 
@@ -193,7 +228,7 @@ TEST(Conv2d, SamePaddingPutsTheLargerHalfAfter) {
     fs[((1 * 2 + 1) * 1 + 0) * 2 + 1] = 1;  // out-channel 1: tap (1, 1)
     auto x = import_tensor<layout<>>(m, host(image{1, 4, 4, 1}, xs));
     auto f = import_tensor<layout<>>(m, host(filter{2, 2, 1, 2}, fs));
-    auto y = typemesh::conv2d<oh, ow>(x, f, {1, 1}, padding::same);
+    auto y = typemesh::conv2d<h, w, fh, fw, oh, ow>(x, f, {.strides = {1, 1}, .padding = padding::same});
     static_assert(std::is_same_v<decltype(y)::shape_type, shape<batch, oh, ow, k>>);
     auto out = typemesh::export_tensor(y);
     ASSERT_EQ(y.shape(), (shape<batch, oh, ow, k>{1, 4, 4, 2}));
@@ -219,7 +254,7 @@ TEST(Conv2d, AllreducesFollowTheContractionRules) {
       x.requires_grad("x"), f.requires_grad("filter");
       auto calls = [&] { return dev.traffic()[typemesh::op_kind::allreduce].calls; };
       const auto before = calls();
-      auto y = typemesh::conv2d(x, f, {2, 2}, padding::same);
+      auto y = typemesh::conv2d<h, w, fh, fw>(x, f, {.strides = {2, 2}});
       const auto forward = calls() - before;
       auto loss = typemesh::reduce_sum(typemesh::stop_gradient(y) * y);
       const auto before_backward = calls();
@@ -235,7 +270,7 @@ TEST(Conv2d, AllreducesFollowTheContractionRules) {
 
   using X = typemesh::tensor<double, image, layout<batch(a0)>, M2>;
   using FK = typemesh::tensor<double, filter, layout<k(a1)>, M2>;
-  static_assert(std::is_same_v<decltype(typemesh::conv2d(std::declval<X>(), std::declval<FK>(), {}, padding::valid)),
+  static_assert(std::is_same_v<decltype(typemesh::conv2d<h, w, fh, fw>(std::declval<X>(), std::declval<FK>())),
                                typemesh::tensor<double, shape<batch, h, w, k>, layout<batch(a0), k(a1)>, M2>>);
 }
 
@@ -244,15 +279,150 @@ TEST(Conv2d, SizesThatDoNotFitNameTheDims) {
     M2 m({1, 1});
     auto x = import_tensor<layout<>>(m, host(image{1, 7, 7, 4}, values(196, 1.0)));
     auto big = import_tensor<layout<>>(m, host(filter{9, 3, 4, 2}, values(216, 1.0)));
-    expect_error<typemesh::shape_error>([&] { (void)typemesh::conv2d(x, big, {1, 1}, padding::valid); },
-                                        {"conv2d", "VALID", "filter dim fh of size 9", "image dim h of size 7"});
-    EXPECT_NO_THROW((void)typemesh::conv2d(x, big, {1, 1}, padding::same));  // SAME pads instead
+    expect_error<typemesh::shape_error>(
+        [&] { (void)typemesh::conv2d<h, w, fh, fw>(x, big, {.padding = padding::valid}); },
+        {"conv2d", "VALID", "filter dim fh of size 9", "image dim h of size 7"});
+    EXPECT_NO_THROW(((void)typemesh::conv2d<h, w, fh, fw>(x, big)));  // SAME (the default) pads instead
     auto wrong_c = import_tensor<layout<>>(m, host(filter{3, 3, 5, 2}, values(90, 1.0)));
-    expect_error<typemesh::shape_error>([&] { (void)typemesh::conv2d(x, wrong_c, {1, 1}, padding::same); },
+    expect_error<typemesh::shape_error>([&] { (void)typemesh::conv2d<h, w, fh, fw>(x, wrong_c); },
                                         {"conv2d", "dim c", "4", "5"});
     auto f = import_tensor<layout<>>(m, host(filter{3, 3, 4, 2}, values(72, 1.0)));
-    expect_error<typemesh::shape_error>([&] { (void)typemesh::conv2d(x, f, {1, 0}, padding::same); },
+    expect_error<typemesh::shape_error>([&] { (void)typemesh::conv2d<h, w, fh, fw>(x, f, {.strides = {1, 0}}); },
                                         {"conv2d", "stride along dim w", "0"});
+  });
+}
+
+// The options' defaults are Mesh-TensorFlow's: stride 1, SAME padding.
+TEST(Conv2d, DefaultOptionsAreStrideOneSame) {
+  const config same1{{1, 1}, padding::same, "SAME stride 1"};
+  expect_close(typemesh::launch(1,
+                                [&] {
+                                  M2 m({1, 1});
+                                  auto x = import_tensor<layout<>>(m, host(image{NB, NH, NW, NC}, conv_inputs[0]));
+                                  auto f = import_tensor<layout<>>(m, host(filter{FH, FW, NC, NK}, conv_inputs[1]));
+                                  auto y = typemesh::conv2d<h, w, fh, fw>(x, f);
+                                  EXPECT_EQ(y.shape(), (conv_out{NB, NH, NW, NK}));
+                                  return typemesh::export_tensor(y).values();
+                                })[0],
+               naive_conv(conv_inputs[0], conv_inputs[1], same1), 1e-12, "conv2d<h, w, fh, fw>(x, f)");
+}
+
+// --- conv2d with dims in other orders ------------------------------------------------
+
+// loss = sum(conv2d(x, f) * r), with r given (input 2) in the output's order,
+// so that two dim orders can be given the same loss.
+template <class SX, class SF>
+struct weighted_conv_case {
+  config cfg;
+  SX xs;
+  SF fs;
+  template <class LX, class LF, class M>
+  outcome operator()(const M& m, const std::vector<values>& in) const {
+    auto x = import_tensor<LX>(m, host(xs, in[0]));
+    auto f = import_tensor<LF>(m, host(fs, in[1]));
+    x.requires_grad("x"), f.requires_grad("filter");
+    auto y = typemesh::conv2d<h, w, fh, fw>(x, f, {.strides = cfg.step, .padding = cfg.pad});
+    auto r = import_tensor<typename decltype(y)::layout_type>(m, host(y.shape(), in[2]));
+    return finish(typemesh::reduce_sum(y * r), x, f);
+  }
+};
+
+// conv2d's output exported whole from device 0.
+template <class LX, class LF, class SX, class SF>
+values conv_values_of(typemesh::mesh<"conv", a0, a1>::coords sizes, const SX& xs, const SF& fs,
+                      const std::vector<values>& in, const config& cfg) {
+  return typemesh::launch(sizes[0] * sizes[1], [&] {
+    M2 m(sizes);
+    auto x = import_tensor<LX>(m, host(xs, in[0]));
+    auto f = import_tensor<LF>(m, host(fs, in[1]));
+    return typemesh::export_tensor(typemesh::conv2d<h, w, fh, fw>(x, f, {.strides = cfg.step, .padding = cfg.pad}))
+        .values();
+  })[0];
+}
+
+// The image as [c, batch, w, h] and the filter as [k, fw, c, fh]: the output
+// is [k, batch, w, h] (the image's order, c replaced by k), and values and
+// gradients are the canonical order's, rearranged.
+TEST(Conv2d, PermutedDimsGiveTheCanonicalValuesAndGradients) {
+  using image_p = shape<c, batch, w, h>;
+  using filter_p = shape<k, fw, c, fh>;
+  using out_p = shape<k, batch, w, h>;
+  const image xs{NB, NH, NW, NC};
+  const filter fs{FH, FW, NC, NK};
+  const image_p xps{NC, NB, NW, NH};
+  const filter_p fps{NK, FW, NC, FH};
+  using X = typemesh::tensor<double, image_p, layout<batch(a0), c(a1)>, M2>;
+  using F = typemesh::tensor<double, filter_p, layout<c(a1)>, M2>;
+  static_assert(std::is_same_v<decltype(typemesh::conv2d<h, w, fh, fw>(std::declval<X>(), std::declval<F>())),
+                               typemesh::tensor<double, out_p, layout<batch(a0)>, M2>>);
+  for (const auto& cfg : {configs[1], configs[4]}) {
+    SCOPED_TRACE(cfg.name);
+    const auto ph = tf_axis(NH, FH, int(cfg.step.h), cfg.pad), pw = tf_axis(NW, FW, int(cfg.step.w), cfg.pad);
+    const conv_out ys{NB, ph.out, pw.out, NK};
+    const values r = random_values(std::size_t(ys.elements()), 12);
+    const std::vector<values> canonical{conv_inputs[0], conv_inputs[1], r};
+    const std::vector<values> in{permuted<image_p>(conv_inputs[0], xs), permuted<filter_p>(conv_inputs[1], fs),
+                                 permuted<out_p>(r, ys)};
+    const weighted_conv_case<image, filter> canonical_case{cfg, xs, fs};
+    const weighted_conv_case<image_p, filter_p> permuted_case{cfg, xps, fps};
+
+    // Under split layouts: the one-device run and finite differences.
+    check_layouts<M2, layout<batch(a0), c(a1)>, layout<c(a1)>>("batch and in-channels", {2, 2}, in, permuted_case,
+                                                                {true, true, false});
+    check_layouts<M2, layout<batch(a1)>, layout<k(a0)>>("batch and out-channels", {3, 2}, in, permuted_case,
+                                                         {true, true, false});
+
+    // Against the canonical order on one device.
+    const outcome want = run_case<M2, layout<>, layout<>>({1, 1}, canonical, canonical_case);
+    const outcome got = run_case<M2, layout<c(a0)>, layout<c(a0), k(a1)>>({2, 3}, in, permuted_case);
+    EXPECT_NEAR(got.loss, want.loss, 1e-12 * (1 + std::abs(want.loss)));
+    expect_close(got.grads[0], permuted<image_p>(want.grads[0], xs), 1e-12, "the image's gradient");
+    expect_close(got.grads[1], permuted<filter_p>(want.grads[1], fs), 1e-12, "the filter's gradient");
+    expect_close((conv_values_of<layout<batch(a0), c(a1)>, layout<c(a1)>>({2, 2}, xps, fps, in, cfg)),
+                 permuted<out_p>(naive_conv(conv_inputs[0], conv_inputs[1], cfg), ys), 1e-12, "the output");
+  }
+}
+
+// Two batch-like dims, one before the image's height and one between its
+// channels and width: [h, group, c, batch, w] convolves like NB x G images.
+TEST(Conv2d, AnyNumberOfBatchLikeDimsPassThrough) {
+  constexpr int G = 2;
+  using image5 = shape<h, group, c, batch, w>;
+  using canonical5 = shape<group, batch, h, w, c>;  // group x batch images, NHWC
+  using out5 = shape<h, group, k, batch, w>;
+  const image5 xs{NH, G, NC, NB, NW};
+  const filter fs{FH, FW, NC, NK};
+  const values x_canonical = random_values(std::size_t(G) * NB * NH * NW * NC, 21);
+  const values x = permuted<image5>(x_canonical, canonical5{G, NB, NH, NW, NC});
+  const config cfg = configs[3];  // SAME stride 2
+  const auto ph = tf_axis(NH, FH, 2, cfg.pad), pw = tf_axis(NW, FW, 2, cfg.pad);
+  const values want = permuted<out5>(naive_conv(x_canonical, conv_inputs[1], cfg, G * NB),
+                                     shape<group, batch, h, w, k>{G, NB, ph.out, pw.out, NK});
+  const std::vector<values> in{x, conv_inputs[1], random_values(want.size(), 22)};
+  expect_close((conv_values_of<layout<group(a0), batch(a1)>, layout<>>({2, 2}, xs, fs, in, cfg)), want, 1e-12,
+               "group and batch split");
+  expect_close((conv_values_of<layout<batch(a0), c(a1)>, layout<c(a1)>>({2, 2}, xs, fs, in, cfg)), want,
+               1e-12, "batch and in-channels split");
+  const weighted_conv_case<image5, filter> cs{cfg, xs, fs};
+  check_layouts<M2, layout<group(a0), batch(a1)>, layout<>>("group and batch", {2, 2}, in, cs, {true, true, false});
+  check_layouts<M2, layout<group(a1), c(a0)>, layout<c(a0)>>("group and in-channels", {2, 2}, in, cs,
+                                                              {true, true, false});
+  check_layouts<M2, layout<group(a1)>, layout<k(a0)>>("group and out-channels", {3, 2}, in, cs, {true, true, false});
+}
+
+// In the kernel's own orders the operands are used in place: no transpose,
+// no copy.
+TEST(Conv2d, KernelOrderIsUsedInPlace) {
+  using X = typemesh::tensor<double, image, layout<batch(a0)>, M2>;
+  using XP = typemesh::tensor<double, shape<c, batch, w, h>, layout<batch(a0)>, M2>;
+  static_assert(std::is_reference_v<decltype(typemesh::conv_detail::in_order<image>(std::declval<const X&>()))>);
+  static_assert(
+      !std::is_reference_v<decltype(typemesh::conv_detail::in_order<image>(std::declval<const XP&>()))>);
+  typemesh::launch(1, [] {
+    M2 m({1, 1});
+    auto x = import_tensor<layout<>>(m, host(image{1, 2, 2, 1}, values{1, 2, 3, 4}));
+    const auto& same = typemesh::conv_detail::in_order<image>(x);
+    EXPECT_EQ(&same, &x);
   });
 }
 
@@ -265,9 +435,8 @@ struct pool_case {
   outcome operator()(const M& m, const std::vector<values>& in) const {
     auto x = import_tensor<LX>(m, host(image{NB, NH, NW, NC}, in[0]));
     x.requires_grad("x");
-    const typemesh::window win{PH, PW};
-    auto y = kind == pool_kind::max ? typemesh::max_pool2d(x, win, cfg.step, cfg.pad)
-                                    : typemesh::avg_pool2d(x, win, cfg.step, cfg.pad);
+    const typemesh::pool2d_options o{.window = {PH, PW}, .strides = cfg.step, .padding = cfg.pad};
+    auto y = kind == pool_kind::max ? typemesh::max_pool2d<h, w>(x, o) : typemesh::avg_pool2d<h, w>(x, o);
     return finish(weighted_sum(y), x);
   }
 };
@@ -293,9 +462,8 @@ TEST(Pooling, ForwardEqualsDirectLoops) {
       auto got = typemesh::launch(4, [&] {
         M2 m({2, 2});
         auto x = import_tensor<layout<batch(a1), c(a0)>>(m, host(image{NB, NH, NW, NC}, pool_inputs[0]));
-        const typemesh::window win{PH, PW};
-        auto y = kind == pool_kind::max ? typemesh::max_pool2d(x, win, cfg.step, cfg.pad)
-                                        : typemesh::avg_pool2d(x, win, cfg.step, cfg.pad);
+        const typemesh::pool2d_options o{.window = {PH, PW}, .strides = cfg.step, .padding = cfg.pad};
+        auto y = kind == pool_kind::max ? typemesh::max_pool2d<h, w>(x, o) : typemesh::avg_pool2d<h, w>(x, o);
         static_assert(std::is_same_v<decltype(y)::layout_type, layout<batch(a1), c(a0)>>);
         return typemesh::export_tensor(y).values();
       })[0];
@@ -314,8 +482,8 @@ TEST(Pooling, SameAveragesOverElementsInside) {
     std::iota(xs.begin(), xs.end(), 1.0);
     auto x = import_tensor<layout<>>(m, host(image{1, 3, 3, 1}, xs));
     x.requires_grad("x");
-    auto y = typemesh::avg_pool2d(x, {2, 2}, {1, 1}, padding::same);
-    auto mx = typemesh::max_pool2d(x, {2, 2}, {1, 1}, padding::same);
+    auto y = typemesh::avg_pool2d<h, w>(x, {.window = {2, 2}, .strides = {1, 1}, .padding = padding::same});
+    auto mx = typemesh::max_pool2d<h, w>(x, {.window = {2, 2}, .strides = {1, 1}, .padding = padding::same});
     auto out = typemesh::export_tensor(y.detached());
     EXPECT_EQ((out[{0, 0, 0, 0}]), (1 + 2 + 4 + 5) / 4.0);
     EXPECT_EQ((out[{0, 0, 2, 0}]), (3 + 6) / 2.0);
@@ -332,13 +500,97 @@ TEST(Pooling, WindowsThatDoNotFitNameTheDims) {
   typemesh::launch(1, [] {
     M2 m({1, 1});
     auto x = import_tensor<layout<>>(m, host(image{2, 7, 5, 3}, values(210, 1.0)));
-    expect_error<typemesh::shape_error>([&] { (void)typemesh::max_pool2d(x, {8, 2}, {1, 1}, padding::valid); },
-                                        {"max_pool2d", "VALID", "window height 8", "image dim h of size 7"});
-    expect_error<typemesh::shape_error>([&] { (void)typemesh::avg_pool2d(x, {2, 6}, {2, 2}, padding::valid); },
+    expect_error<typemesh::shape_error>(
+        [&] { (void)typemesh::max_pool2d<h, w>(x, {.window = {8, 2}, .strides = {1, 1}}); },
+        {"max_pool2d", "VALID", "window height 8", "image dim h of size 7"});
+    expect_error<typemesh::shape_error>([&] { (void)typemesh::avg_pool2d<h, w>(x, {.window = {2, 6}}); },
                                         {"avg_pool2d", "window width 6", "image dim w of size 5"});
-    expect_error<typemesh::shape_error>([&] { (void)typemesh::avg_pool2d(x, {2, 0}, {1, 1}, padding::same); },
-                                        {"avg_pool2d", "window width 0", "empty"});
+    expect_error<typemesh::shape_error>(
+        [&] { (void)typemesh::avg_pool2d<h, w>(x, {.window = {2, 0}, .strides = {1, 1}, .padding = padding::same}); },
+        {"avg_pool2d", "window width 0", "empty"});
+    // The window has no default.
+    expect_error<typemesh::shape_error>([&] { (void)typemesh::max_pool2d<h, w>(x, {.strides = {1, 1}}); },
+                                        {"max_pool2d", "no window", "{.window = {2, 2}}"});
   });
+}
+
+// The strides default to the window (non-overlapping windows), the padding
+// to VALID.
+TEST(Pooling, StridesDefaultToTheWindow) {
+  typemesh::launch(1, [] {
+    M2 m({1, 1});
+    auto x = import_tensor<layout<>>(m, host(image{NB, NH, NW, NC}, pool_inputs[0]));
+    auto y = typemesh::max_pool2d<h, w>(x, {.window = {PH, PW}});
+    const config cfg{{PH, PW}, padding::valid, "window-sized strides, VALID"};
+    EXPECT_EQ(y.shape(), (image{NB, (NH - PH) / PH + 1, (NW - PW) / PW + 1, NC}));
+    expect_close(typemesh::export_tensor(y).values(), naive_pool(pool_inputs[0], cfg, pool_kind::max), 0,
+                 "max_pool2d<h, w>(x, {.window = {3, 2}})");
+  });
+}
+
+// --- Pooling with dims in other orders ----------------------------------------------
+
+// loss = sum(pool(x) * r), r given (input 1) in the output's order.
+template <class SX>
+struct weighted_pool_case {
+  config cfg;
+  pool_kind kind;
+  SX xs;
+  template <class LX, class M>
+  outcome operator()(const M& m, const std::vector<values>& in) const {
+    auto x = import_tensor<LX>(m, host(xs, in[0]));
+    x.requires_grad("x");
+    const typemesh::pool2d_options o{.window = {PH, PW}, .strides = cfg.step, .padding = cfg.pad};
+    auto y = kind == pool_kind::max ? typemesh::max_pool2d<h, w>(x, o) : typemesh::avg_pool2d<h, w>(x, o);
+    auto r = import_tensor<typename decltype(y)::layout_type>(m, host(y.shape(), in[1]));
+    return finish(typemesh::reduce_sum(y * r), x);
+  }
+};
+
+// [h, batch, c, w] (transposed locally: the width does not follow the
+// height) and NCHW [batch, c, h, w] (used in place, one channel per image)
+// give the canonical order's values and gradients, rearranged.
+template <class SP>
+void check_permuted_pooling(const SP& xps) {
+  const image xs{NB, NH, NW, NC};
+  for (auto kind : {pool_kind::max, pool_kind::avg}) {
+    for (const auto& cfg : {configs[1], configs[3]}) {
+      SCOPED_TRACE(std::string(kind == pool_kind::max ? "max " : "avg ") + cfg.name + " " + xps.describe());
+      const auto ph = tf_axis(NH, PH, int(cfg.step.h), cfg.pad), pw = tf_axis(NW, PW, int(cfg.step.w), cfg.pad);
+      const image ys{NB, ph.out, pw.out, NC};
+      const values r = random_values(std::size_t(ys.elements()), 31);
+      const std::vector<values> in{permuted<SP>(pool_inputs[0], xs), permuted<SP>(r, ys)};
+      const weighted_pool_case<SP> permuted_case{cfg, kind, xps};
+      check_layouts<M2, layout<batch(a1), c(a0)>>("batch and channels", {2, 2}, in, permuted_case, {true, false});
+
+      const weighted_pool_case<image> canonical_case{cfg, kind, xs};
+      const outcome want = run_case<M2, layout<>>({1, 1}, {pool_inputs[0], r}, canonical_case);
+      const outcome got = run_case<M2, layout<batch(a0), c(a1)>>({2, 2}, in, permuted_case);
+      EXPECT_NEAR(got.loss, want.loss, 1e-12 * (1 + std::abs(want.loss)));
+      expect_close(got.grads[0], permuted<SP>(want.grads[0], xs), 1e-12, "the image's gradient");
+      const values y = typemesh::launch(4, [&] {
+        M2 m({2, 2});
+        auto x = import_tensor<layout<batch(a1), c(a0)>>(m, host(xps, in[0]));
+        const typemesh::pool2d_options o{.window = {PH, PW}, .strides = cfg.step, .padding = cfg.pad};
+        auto out = kind == pool_kind::max ? typemesh::max_pool2d<h, w>(x, o) : typemesh::avg_pool2d<h, w>(x, o);
+        static_assert(std::is_same_v<typename decltype(out)::shape_type, SP>);
+        return typemesh::export_tensor(out).values();
+      })[0];
+      expect_close(y, permuted<SP>(naive_pool(pool_inputs[0], cfg, kind), ys), 1e-12, "the output");
+    }
+  }
+}
+
+TEST(Pooling, PermutedDimsGiveTheCanonicalValuesAndGradients) {
+  check_permuted_pooling(shape<h, batch, c, w>{NH, NB, NC, NW});
+  check_permuted_pooling(shape<batch, c, h, w>{NB, NC, NH, NW});
+}
+
+// Renamed output dims, in the image's order.
+TEST(Pooling, RenamedOutputDimsKeepTheImagesOrder) {
+  using X = typemesh::tensor<double, shape<w, c, h, batch>, layout<batch(a0)>, M2>;
+  static_assert(std::is_same_v<decltype(typemesh::avg_pool2d<h, w, oh, ow>(std::declval<X>(), {.window = {2, 2}})),
+                               typemesh::tensor<double, shape<ow, c, oh, batch>, layout<batch(a0)>, M2>>);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // A filter that names its height and width with the image's own spatial
-// dims: the output would have h and w twice over (and a 3x3 filter is not
-// the image's height).
-// expect: typemesh: a filter's height and width need dims of their own, not dims of the image
-// expect: diagnostic::filter_dim_is_image_dim<h, typemesh::shape<batch, h, w, c>
+// dims: the image and the filter would share h and w as well as the
+// in-channels (and a 3x3 window is not the image's height).
+// expect: typemesh: the filter has one of the image's spatial dims; its window needs dims of its own
+// expect: diagnostic::spatial_dim_in_filter<h, typemesh::shape<h, w, c, n>
 #include <typemesh/layers/conv2d.hpp>
 
 #include "common.hpp"
@@ -22,4 +22,4 @@ using filter_t = tensor<float, shape<fh, fw, c, n>, layout<>, grid>;
 using filter_t = tensor<float, shape<h, w, c, n>, layout<>, grid>;
 #endif
 
-auto conv(const x_t& x, const filter_t& f) { return conv2d(x, f, strides{1, 1}, padding::valid); }
+auto conv(const x_t& x, const filter_t& f) { return conv2d<h, w, fh, fw>(x, f, {.padding = padding::valid}); }

@@ -21,4 +21,4 @@ using x_t = tensor<float, shape<batch, h, w, c>, layout<batch(axis0), h(axis1)>,
 #endif
 using filter_t = tensor<float, shape<fh, fw, c, n>, layout<>, grid>;
 
-auto conv(const x_t& x, const filter_t& f) { return conv2d(x, f, strides{1, 1}, padding::same); }
+auto conv(const x_t& x, const filter_t& f) { return conv2d<h, w, fh, fw>(x, f); }
