@@ -33,6 +33,36 @@ static_assert(std::is_same_v<L::with<d1, a1>, layout<d0(a0), d2(a2), d1(a1)>>);
 static_assert(std::is_same_v<layout<auto(d0)->a0>::axis_of<d0>, a0>);
 static_assert(shape<d0, d1, d2>::index_of<d2> == 2 && !shape<d0>::has<d1>);
 
+// --- The shape algebra (core/shape_algebra.hpp), against hand-written results ---
+
+struct d3 : typemesh::dim<"d3"> {};
+
+using S3 = shape<d0, d1, d2>;
+static_assert(std::is_same_v<typemesh::dims_of<S3>, typemesh::type_list<d0, d1, d2>>);
+static_assert(std::is_same_v<typemesh::shape_without<S3, d1>, shape<d0, d2>>);
+static_assert(std::is_same_v<typemesh::shape_without<S3, d2, d0, d3>, shape<d1>>);  // d3 absent: ignored
+static_assert(std::is_same_v<typemesh::shape_without<S3, d0, d1, d2>, shape<>>);
+static_assert(std::is_same_v<typemesh::shape_union<shape<d2, d0>, shape<d1, d0, d3>>, shape<d2, d0, d1, d3>>);
+static_assert(std::is_same_v<typemesh::shape_union<shape<>, S3>, S3>);
+static_assert(std::is_same_v<typemesh::shape_minus<S3, shape<d2, d3, d0>>, shape<d1>>);
+static_assert(std::is_same_v<typemesh::shape_common<S3, shape<d2, d3, d0>>, shape<d0, d2>>);
+static_assert(std::is_same_v<typemesh::shape_replace<S3, d1, d3>, shape<d0, d3, d2>>);
+static_assert(std::is_same_v<typemesh::shape_prepend<S3, d3>, shape<d3, d0, d1, d2>>);
+static_assert(std::is_same_v<typemesh::shape_append<shape<d1>, d3, d0>, shape<d1, d3, d0>>);
+static_assert(typemesh::shape_contains<S3, d2, d0> && !typemesh::shape_contains<S3, d0, d3>);
+static_assert(typemesh::shape_index_of<S3, d1> == 1 && typemesh::shape_index_of<S3, d3> == 3);
+static_assert(typemesh::same_dims<S3, shape<d2, d0, d1>> && !typemesh::same_dims<S3, shape<d2, d0>> &&
+              !typemesh::same_dims<shape<d0, d1>, shape<d0, d3>>);
+static_assert(typemesh::detail::count<d1, d0, d1, d1> == 2 && typemesh::detail::index_of<d2, d0, d1> == 2);
+
+TEST(ShapeAlgebra, ShapeFromTakesEachSizeFromTheFirstShapeWithTheDim) {
+  const shape<d0, d1, d2> x{2, 3, 4};
+  const shape<d2, d3> w{7, 5};  // d2 disagrees: x comes first, so x's size wins
+  const auto out = typemesh::shape_from<shape<d3, d0, d2>>(x, w);
+  EXPECT_EQ(out, (shape<d3, d0, d2>{5, 2, 4}));
+  EXPECT_EQ(typemesh::shape_from<shape<>>(x).rank, 0u);
+}
+
 // --- Random layouts: every injective map of {d0,d1,d2} into a mesh's axes ----
 
 // Code c0 + 4 c1 + 16 c2; digit 0 leaves the dim whole, k puts it on axis k-1.

@@ -114,6 +114,39 @@ TEST(Dense, ValuesAreMatmulPlusBias) {
   });
 }
 
+// Nothing is found by position: x as [k, batch] and w as [n, k] give the
+// values and gradients of x [batch, k] and w [k, n], under split layouts.
+TEST(Dense, PermutedOperandsGiveTheCanonicalValues) {
+  const auto xs = random_values(24, 11), ws = random_values(48, 12);
+  values xt(24), wt(48);  // the same tensors, stored transposed
+  for (int i = 0; i < 4; ++i)
+    for (int q = 0; q < 6; ++q) xt[q * 4 + i] = xs[i * 6 + q];
+  for (int q = 0; q < 6; ++q)
+    for (int j = 0; j < 8; ++j) wt[j * 6 + q] = ws[q * 8 + j];
+  typemesh::launch(4, [&] {
+    M3 m({2, 2, 1});
+    auto x = import_tensor<layout<batch(a0), k(a1)>>(m, host(shape<batch, k>{4, 6}, xs));
+    auto w = import_tensor<layout<k(a1)>>(m, host(shape<k, n>{6, 8}, ws));
+    auto xp = import_tensor<layout<k(a1), batch(a0)>>(m, host(shape<k, batch>{6, 4}, xt));
+    auto wp = import_tensor<layout<k(a1)>>(m, host(shape<n, k>{8, 6}, wt));
+    x.requires_grad("x"), w.requires_grad("w"), xp.requires_grad("xp"), wp.requires_grad("wp");
+    auto y = typemesh::dense(x, w, typemesh::activation::tanh);
+    auto yp = typemesh::dense(xp, wp, typemesh::activation::tanh);
+    static_assert(std::is_same_v<typename decltype(yp)::shape_type, shape<batch, n>>);
+    const auto whole = typemesh::export_tensor(y), whole_p = typemesh::export_tensor(yp);
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 8; ++j) EXPECT_NEAR((whole_p[{i, j}]), (whole[{i, j}]), 1e-12);
+    typemesh::backward(typemesh::reduce_sum(y * y));
+    typemesh::backward(typemesh::reduce_sum(yp * yp));
+    const auto gx = typemesh::export_tensor(x.grad()), gxp = typemesh::export_tensor(xp.grad());
+    const auto gw = typemesh::export_tensor(w.grad()), gwp = typemesh::export_tensor(wp.grad());
+    for (int q = 0; q < 6; ++q) {
+      for (int i = 0; i < 4; ++i) EXPECT_NEAR((gxp[{q, i}]), (gx[{i, q}]), 1e-12);
+      for (int j = 0; j < 8; ++j) EXPECT_NEAR((gwp[{j, q}]), (gw[{q, j}]), 1e-12);
+    }
+  });
+}
+
 // --- embedding ------------------------------------------------------------------
 
 struct embedding_case {  // embedding(ids[batch, seq], table[vocab, embed]), squared

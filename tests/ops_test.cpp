@@ -108,6 +108,28 @@ TEST(Einsum, SummedDimInOneInput) {
   check_layouts<M2, layout<d0(a0)>, layout<d2(a1)>>("both output dims split", {2, 3}, in, c);
 }
 
+struct shape_form_case {  // einsum<Out> with Out computed by the shape algebra, as layers write it
+  template <class LX, class LW, class M>
+  outcome operator()(const M& m, const std::vector<values>& in) const {
+    using SX = shape<d1, d0>;
+    using SW = shape<d2, d1>;
+    auto x = import_tensor<LX>(m, host(SX{6, 4}, in[0]));
+    auto w = import_tensor<LW>(m, host(SW{5, 6}, in[1]));
+    x.requires_grad("x"), w.requires_grad("w");
+    using Out = typemesh::shape_union<typemesh::shape_minus<SX, SW>, typemesh::shape_minus<SW, SX>>;
+    auto y = typemesh::einsum<Out>(x, w);
+    static_assert(std::is_same_v<decltype(y), decltype(typemesh::einsum<d0, d2>(x, w))>);
+    return finish(weighted_sum(y), x, w);
+  }
+};
+
+TEST(Einsum, OutputAsAShape) {
+  const std::vector<values> in{random_values(24, 15), random_values(30, 16)};
+  shape_form_case c;
+  check_layouts<M2, layout<d0(a0)>, layout<>>("batch split", {2, 1}, in, c);
+  check_layouts<M2, layout<d1(a1)>, layout<d1(a1)>>("contracted split", {1, 2}, in, c);
+}
+
 // --- Elementwise ----------------------------------------------------------------
 
 struct broadcast_case {

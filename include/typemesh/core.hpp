@@ -10,3 +10,5 @@
 #include "typemesh/core/mesh.hpp"
 #include "typemesh/core/placement.hpp"
 #include "typemesh/core/shape.hpp"
+#include "typemesh/core/shape_algebra.hpp"
+#include "typemesh/core/type_list.hpp"

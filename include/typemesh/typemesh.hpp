@@ -11,6 +11,8 @@
 #include "typemesh/core/mesh.hpp"
 #include "typemesh/core/placement.hpp"
 #include "typemesh/core/shape.hpp"
+#include "typemesh/core/shape_algebra.hpp"
+#include "typemesh/core/type_list.hpp"
 
 // runtime: devices, communicators, the launcher
 #include "typemesh/runtime/communicator.hpp"
@@ -34,9 +36,10 @@
 
 // ops and autodiff: typed operations that insert the collectives their
 // layouts need, and reverse-mode gradients
-#include "typemesh/autodiff/node.hpp"
+#include "typemesh/tensor/tape_node.hpp"
 #include "typemesh/autodiff/tape.hpp"
 #include "typemesh/ops/binary.hpp"
+#include "typemesh/ops/collectives.hpp"
 #include "typemesh/ops/einsum.hpp"
 #include "typemesh/ops/random.hpp"
 #include "typemesh/ops/reduce.hpp"

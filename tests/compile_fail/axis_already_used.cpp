@@ -2,7 +2,7 @@
 // reducing along axis0, which splits batch, is a mistake.
 // expect: typemesh: the collective needs a mesh axis that holds replicas
 // expect: diagnostic::axis_already_used<axis0, typemesh::layout<batch ?\(axis0\)>
-#include <typemesh/tensor/collectives.hpp>
+#include <typemesh/ops/collectives.hpp>
 
 #include "common.hpp"
 

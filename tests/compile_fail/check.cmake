@@ -90,6 +90,15 @@ if(NOT _first_error MATCHES "typemesh: ")
   _fail("the first error is not a typemesh check:\n  ${_first_error}")
 endif()
 
+# One error per mistake: once a check has said what is wrong, nothing that
+# follows from the same call may add errors of its own.
+string(REGEX MATCHALL "[^\n]*error:[^\n]*" _errors "${_output}")
+list(LENGTH _errors _error_count)
+if(NOT _error_count EQUAL 1)
+  list(JOIN _errors "\n  " _error_lines)
+  _fail("the mistake gives ${_error_count} errors, not 1:\n  ${_error_lines}")
+endif()
+
 file(STRINGS "${SOURCE}" _expectations REGEX "^// expect: ")
 if(NOT _expectations)
   message(FATAL_ERROR "[${CASE}] ${SOURCE} has no '// expect: <regex>' line")

@@ -1,7 +1,7 @@
 // Adding a tensor whose k is split to one whose k is whole; the fix gathers k.
 // expect: typemesh: the tensors disagree on the mesh axis of a dim
 // expect: diagnostic::conflicting_layouts<k, typemesh::layout<batch ?\(axis0\), k ?\(axis1\)>, typemesh::layout<batch ?\(axis0\)>
-#include <typemesh/tensor/collectives.hpp>
+#include <typemesh/ops/collectives.hpp>
 #include <typemesh/ops/binary.hpp>
 
 #include "common.hpp"

@@ -1,7 +1,7 @@
 // Moving k from axis0 to axis1 by splitting it again; the fix gathers k first.
 // expect: typemesh: the collective needs a dim that is whole, but this dim is already split
 // expect: diagnostic::dim_already_split<k, typemesh::layout<k ?\(axis0\)>
-#include <typemesh/tensor/collectives.hpp>
+#include <typemesh/ops/collectives.hpp>
 
 #include "common.hpp"
 

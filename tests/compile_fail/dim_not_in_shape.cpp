@@ -1,7 +1,7 @@
 // Gathering n on a tensor that has no dim n.
 // expect: typemesh: the operation names a dim that the tensor's shape does not have
 // expect: diagnostic::dim_not_in_shape<n, typemesh::shape<batch, k>
-#include <typemesh/tensor/collectives.hpp>
+#include <typemesh/ops/collectives.hpp>
 
 #include "common.hpp"
 

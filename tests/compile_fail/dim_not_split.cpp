@@ -1,7 +1,7 @@
 // Gathering a dim that every device already holds whole.
 // expect: typemesh: the collective needs a dim that is split over a mesh axis
 // expect: diagnostic::dim_not_split<k, typemesh::layout<batch ?\(axis0\)>
-#include <typemesh/tensor/collectives.hpp>
+#include <typemesh/ops/collectives.hpp>
 
 #include "common.hpp"
 

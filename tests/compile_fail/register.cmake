@@ -6,7 +6,8 @@
 # file), two tests with the label "compile":
 #
 #   compile_fail.<name>   the mistake must be rejected by the typemesh check
-#                         the case names, with a readable first error
+#                         the case names, with a readable first error and
+#                         no other error
 #   compile_valid.<name>  the same code with the mistake fixed must compile
 #
 # Each test is one `-fsyntax-only` compile (1.5-2.5 s of CPU), run by check.cmake

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "typemesh/autodiff/node.hpp"
+#include "typemesh/tensor/tape_node.hpp"
 #include "typemesh/backend/kernels.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/tensor/tensor.hpp"

@@ -12,17 +12,49 @@ namespace typemesh::diagnostic {
 template <class...>
 inline constexpr bool fires = false;
 
+// One error per mistake. A function whose checks failed must not go on to
+// compile its body: every line after the first diagnostic would add errors
+// of its own (a page of them, about the library's internals). The idiom:
+//
+//   constexpr bool ok = <checks, each a diagnostic that fires on failure>;
+//   if constexpr (!ok) {
+//     return diagnostic::after_failure<result_t>();   // the check has said why
+//   } else {
+//     ... the body ...
+//   }
+//
+// after_failure<R>() has the type the call would have returned, so the
+// caller's next statements do not fail too. It is never run: a program in
+// which a check fired does not compile.
+// What a call returns after a check failed when its result type cannot be
+// formed (the failed check was about the types it needs).
+struct failed {};
+
+template <class R = failed>
+R after_failure() {
+  static_assert(!fires<R>);
+  return *static_cast<R*>(nullptr);
+}
+
 // TYPEMESH_DIAGNOSTIC(name, (class A, class B), (A, B), "message") declares a
-// check: name<A, B, Failed> is empty when Failed is false and fails with
-// "typemesh: message" when it is true. Every layer of the library declares
-// its checks with it, in namespace typemesh::diagnostic.
+// check: name<A, B, Failed>::passed is true when Failed is false; when Failed
+// is true, naming ::passed fails with "typemesh: message" (and is false).
+// Every layer of the library declares its checks with it, in namespace
+// typemesh::diagnostic; a program's own layers may declare theirs in any
+// namespace. A check function returns the conjunction of its
+// checks' ::passed, so that the caller can stop (see after_failure below);
+// a lone check can also be written static_assert(sizeof(name<...>)), which
+// fires the message without a second error.
 #define TYPEMESH_UNPAREN(...) __VA_ARGS__
 #define TYPEMESH_DIAGNOSTIC(NAME, PARAMS, ARGS, MESSAGE)                      \
   template <TYPEMESH_UNPAREN PARAMS, bool Failed = true>                     \
-  struct NAME {};                                                            \
+  struct NAME {                                                              \
+    static constexpr bool passed = true;                                     \
+  };                                                                         \
   template <TYPEMESH_UNPAREN PARAMS>                                         \
   struct NAME<TYPEMESH_UNPAREN ARGS, true> {                                 \
-    static_assert(fires<TYPEMESH_UNPAREN ARGS>, "typemesh: " MESSAGE);       \
+    static_assert(::typemesh::diagnostic::fires<TYPEMESH_UNPAREN ARGS>, "typemesh: " MESSAGE);       \
+    static constexpr bool passed = false;                                    \
   }
 
 // Layout entries.

@@ -58,15 +58,9 @@ inline constexpr tanh_t tanh{};
 
 namespace layers_detail {
 
-template <class S, class Drop>
-struct shape_minus;
-template <class S, class... Drop>
-struct shape_minus<S, shape<Drop...>> : ops_detail::shape_without<S, Drop...> {};
-
 // x's dims that w lacks, then w's dims that x lacks.
 template <class SX, class SW>
-using dense_output = typename ops_detail::union_shape<typename shape_minus<SX, SW>::type,
-                                                      typename shape_minus<SW, SX>::type>::type;
+using dense_output = shape_union<shape_minus<SX, SW>, shape_minus<SW, SX>>;
 
 // einsum<Ds...>(x, w) for Out = shape<Ds...>.
 template <class Out>
@@ -81,7 +75,7 @@ struct einsum_into<shape<Ds...>> {
 
 template <class Out, class... BiasDims>
 consteval bool bias_fits(shape<BiasDims...>*) {
-  return (sizeof(diagnostic::bias_dim_not_in_output<BiasDims, Out, !Out::template has<BiasDims>>) && ...);
+  return (diagnostic::bias_dim_not_in_output<BiasDims, Out, !Out::template has<BiasDims>>::passed && ...);
 }
 
 }  // namespace layers_detail
@@ -89,7 +83,7 @@ consteval bool bias_fits(shape<BiasDims...>*) {
 // x . w, summed over the dims they share.
 template <class T, class SX, class LX, class MX, class SW, class LW, class MW>
 auto dense(const tensor<T, SX, LX, MX>& x, const tensor<T, SW, LW, MW>& w) {
-  constexpr bool shares_a_dim = layers_detail::shape_minus<SX, SW>::type::rank < SX::rank;
+  constexpr bool shares_a_dim = shape_minus<SX, SW>::rank < SX::rank;
   static_assert(sizeof(diagnostic::dense_without_reduced_dim<SX, SW, !shares_a_dim>));
   return layers_detail::einsum_into<layers_detail::dense_output<SX, SW>>::apply(x, w);
 }
@@ -97,8 +91,11 @@ auto dense(const tensor<T, SX, LX, MX>& x, const tensor<T, SW, LW, MW>& w) {
 // x . w + b, b broadcast over the output dims it lacks.
 template <class T, class SX, class LX, class MX, class SW, class LW, class MW, class SB, class LB, class MB>
 auto dense(const tensor<T, SX, LX, MX>& x, const tensor<T, SW, LW, MW>& w, const tensor<T, SB, LB, MB>& b) {
-  static_assert(layers_detail::bias_fits<layers_detail::dense_output<SX, SW>>(static_cast<SB*>(nullptr)));
-  return dense(x, w) + b;
+  if constexpr (!layers_detail::bias_fits<layers_detail::dense_output<SX, SW>>(static_cast<SB*>(nullptr))) {
+    return diagnostic::after_failure<decltype(dense(x, w))>();
+  } else {
+    return dense(x, w) + b;
+  }
 }
 
 // activation(x . w + b), e.g. dense(x, w, b, activation::relu); any callable

@@ -125,27 +125,42 @@ std::int64_t local_row_width(const Tensor& t) {
 // The rows of `table` that `ids` pick, as a tensor of the ids' dims followed
 // by EmbedDims. Ids outside the vocab dim throw shape_error (naming the id,
 // where it is and the vocab size).
+namespace layers_detail {
+template <class... EmbedDims, class I, class SI, class LI, class MI, class T, class ST, class LT, class MT>
+auto embedding_checked(const tensor<I, SI, LI, MI>& ids, const tensor<T, ST, LT, MT>& table);
+}  // namespace layers_detail
+
 template <class... EmbedDims, class I, class SI, class LI, class MI, class T, class ST, class LT, class MT>
 auto embedding(const tensor<I, SI, LI, MI>& ids, const tensor<T, ST, LT, MT>& table) {
   static_assert(std::integral<I>, "typemesh: embedding: the ids must be an integer tensor (e.g. std::int32_t)");
   static_assert(sizeof...(EmbedDims) > 0,
                 "typemesh: embedding<EmbedDims...>(ids, table): name the table's embedding dims, e.g. "
                 "embedding<embed>(ids, table)");
-  static_assert(ops_detail::check_dims_in<ST>(type_list<EmbedDims...>{}));
-  using vocab_dims = typename ops_detail::shape_without<ST, EmbedDims...>::type;
-  static_assert(sizeof(diagnostic::embedding_table_needs_one_vocab_dim<ST, type_list<EmbedDims...>,
-                                                                       vocab_dims::rank != 1>));
-  static_assert([]<class... Ds>(type_list<Ds...>) {
-    return (sizeof(diagnostic::ids_have_table_dim<Ds, SI, SI::template has<Ds>>) && ...);
-  }(typename ops_detail::shape_dims<ST>::type{}));
-  static_assert(ops_detail::same_mesh<MI, MT>() && ops_detail::compatible<SI, LI, ST, LT>());
+  constexpr bool ok =
+      std::integral<I> && sizeof...(EmbedDims) > 0 && ops_detail::check_dims_in<ST>(type_list<EmbedDims...>{}) &&
+      diagnostic::embedding_table_needs_one_vocab_dim<ST, type_list<EmbedDims...>,
+                                                      shape_without<ST, EmbedDims...>::rank != 1>::passed &&
+      []<class... Ds>(type_list<Ds...>) {
+        return (diagnostic::ids_have_table_dim<Ds, SI, SI::template has<Ds>>::passed && ...);
+      }(dims_of<ST>{}) &&
+      ops_detail::same_mesh<MI, MT>() && ops_detail::compatible<SI, LI, ST, LT>();
+  if constexpr (!ok) {
+    return diagnostic::after_failure();
+  } else {
+    return layers_detail::embedding_checked<EmbedDims...>(ids, table);
+  }
+}
 
+// The lookup, once the checks above have passed.
+template <class... EmbedDims, class I, class SI, class LI, class MI, class T, class ST, class LT, class MT>
+auto layers_detail::embedding_checked(const tensor<I, SI, LI, MI>& ids, const tensor<T, ST, LT, MT>& table) {
+  using vocab_dims = shape_without<ST, EmbedDims...>;
   using M = MI;
   using V = typename layers_detail::first_dim<vocab_dims>::type;
   using Rows = shape<V, EmbedDims...>;  // the table with whole rows contiguous
   using RowsL = canonical<Rows, LT>;
   using rows_t = tensor<T, Rows, RowsL, M>;
-  using Out = typename ops_detail::shape_append<SI, EmbedDims...>::type;
+  using Out = shape_append<SI, EmbedDims...>;
   using OutL = canonical<Out, typename ops_detail::output_layout<Out, LI, LT>::type>;
   using out_t = tensor<T, Out, OutL, M>;
 

@@ -46,41 +46,49 @@ TYPEMESH_DIAGNOSTIC(labels_do_not_fit_logits, (class LabelsShape, class Expected
 
 namespace layers_detail {
 
-// A and B have the same dims, in any order.
-template <class A, class B>
-consteval bool same_dims() {
-  return A::rank == B::rank &&
-         []<class... Ds>(type_list<Ds...>) { return (B::template has<Ds> && ...); }(
-             typename ops_detail::shape_dims<A>::type{});
-}
-
 template <class Labels, class Expected>
 consteval bool labels_fit() {
-  return sizeof(diagnostic::labels_do_not_fit_logits<Labels, Expected, !same_dims<Labels, Expected>()>);
+  return diagnostic::labels_do_not_fit_logits<Labels, Expected, !typemesh::same_dims<Labels, Expected>>::passed;
 }
 
 }  // namespace layers_detail
 
 // Integer labels: the class ids.
+namespace layers_detail {
+template <class VocabDim, class T, class SL, class LL, class ML, class I, class SY, class LY, class MY>
+auto softmax_cross_entropy_checked(const tensor<T, SL, LL, ML>& logits, const tensor<I, SY, LY, MY>& labels);
+}  // namespace layers_detail
+
 template <class VocabDim, class T, class SL, class LL, class ML, class I, class SY, class LY, class MY>
   requires std::integral<I>
 auto softmax_cross_entropy(const tensor<T, SL, LL, ML>& logits, const tensor<I, SY, LY, MY>& labels) {
-  static_assert(ops_detail::check_dims_in<SL>(type_list<VocabDim>{}));
+  using Out = shape_without<SL, VocabDim>;
+  constexpr bool ok = ops_detail::check_dims_in<SL>(type_list<VocabDim>{}) && layers_detail::labels_fit<SY, Out>() &&
+                      ops_detail::same_mesh<ML, MY>() && ops_detail::compatible<SL, LL, SY, LY>();
+  if constexpr (!ok) {
+    return diagnostic::after_failure<tensor<T, Out, canonical<Out, LL>, ML>>();
+  } else {
+    return layers_detail::softmax_cross_entropy_checked<VocabDim>(logits, labels);
+  }
+}
+
+// The loss of class ids, once the checks above have passed.
+template <class VocabDim, class T, class SL, class LL, class ML, class I, class SY, class LY, class MY>
+auto layers_detail::softmax_cross_entropy_checked(const tensor<T, SL, LL, ML>& logits,
+                                                  const tensor<I, SY, LY, MY>& labels) {
   using V = VocabDim;
-  using Out = typename ops_detail::shape_without<SL, V>::type;
-  static_assert(layers_detail::labels_fit<SY, Out>());
-  static_assert(ops_detail::same_mesh<ML, MY>() && ops_detail::compatible<SL, LL, SY, LY>());
+  using Out = shape_without<SL, V>;
   using M = ML;
   using OutL = canonical<Out, LL>;
   using out_t = tensor<T, Out, OutL, M>;
-  using Rows = typename ops_detail::shape_append<Out, V>::type;  // each example's logits contiguous
+  using Rows = shape_append<Out, V>;  // each example's logits contiguous
   using rows_t = tensor<T, Rows, canonical<Rows, LL>, M>;
 
   ops_detail::check_same_mesh("softmax_cross_entropy", logits, labels);
   ops_detail::check_common_sizes("softmax_cross_entropy", labels.shape(), logits.shape());
   const std::int64_t vocab = logits.shape().template size<V>();
   const Out out_shape = ops_detail::reduced_sizes<SL, V>(logits.shape());
-  const Rows rows_shape = ops_detail::shape_from<Rows>(logits.shape(), logits.shape());
+  const Rows rows_shape = shape_from<Rows>(logits.shape(), logits.shape());
   layers_detail::check_ids_in_range("softmax_cross_entropy", labels, vocab, V::name);
 
   // The labels in the output's dim order, placed as the output (the layouts
@@ -166,16 +174,18 @@ auto softmax_cross_entropy(const tensor<T, SL, LL, ML>& logits, const tensor<I, 
 template <class VocabDim, class T, class SL, class LL, class ML, class SP, class LP, class MP>
   requires std::floating_point<T>
 auto softmax_cross_entropy(const tensor<T, SL, LL, ML>& logits, const tensor<T, SP, LP, MP>& probs) {
-  static_assert(ops_detail::check_dims_in<SL>(type_list<VocabDim>{}));
-  static_assert(layers_detail::labels_fit<SP, SL>());
-  using Out = typename ops_detail::shape_without<SL, VocabDim>::type;
-  // Shifting by the maximum keeps exp from overflowing; log_softmax does not
-  // depend on the shift, so the maximum carries no gradient.
-  const auto top = ops_detail::reduce_to<Out, canonical<Out, LL>>(
-      logits, ops_detail::reduced_sizes<SL, VocabDim>(logits.shape()), reduce_op::max);
-  const auto shifted = logits - top;
-  const auto log_softmax = shifted - typemesh::log(reduce_sum<VocabDim>(typemesh::exp(shifted)));
-  return -reduce_sum<VocabDim>(log_softmax * probs);
+  using Out = shape_without<SL, VocabDim>;
+  if constexpr (!(ops_detail::check_dims_in<SL>(type_list<VocabDim>{}) && layers_detail::labels_fit<SP, SL>())) {
+    return diagnostic::after_failure<tensor<T, Out, canonical<Out, LL>, ML>>();
+  } else {
+    // Shifting by the maximum keeps exp from overflowing; log_softmax does not
+    // depend on the shift, so the maximum carries no gradient.
+    const auto top = ops_detail::reduce_to<Out, canonical<Out, LL>>(
+        logits, ops_detail::reduced_sizes<SL, VocabDim>(logits.shape()), reduce_op::max);
+    const auto shifted = logits - top;
+    const auto log_softmax = shifted - typemesh::log(reduce_sum<VocabDim>(typemesh::exp(shifted)));
+    return -reduce_sum<VocabDim>(log_softmax * probs);
+  }
 }
 
 }  // namespace typemesh

@@ -26,11 +26,11 @@ namespace typemesh {
 namespace ops_detail {
 
 template <class SA, class SB>
-using broadcast_shape = typename union_shape<SA, SB>::type;
+using broadcast_shape = shape_union<SA, SB>;
 
 template <class MA, class MB>
 consteval bool same_mesh() {
-  return sizeof(diagnostic::different_meshes<MA, MB, !std::is_same_v<MA, MB>>);
+  return diagnostic::different_meshes<MA, MB, !std::is_same_v<MA, MB>>::passed;
 }
 
 template <class A, class B>
@@ -50,7 +50,7 @@ tensor<T, Out, OutL, M> broadcast_apply(const tensor<T, SA, LA, M>& a, const ten
   if constexpr (std::is_same_v<SA, Out> && std::is_same_v<SB, Out>) {
     backend::zip(a.storage(), b.storage(), out.storage(), f);
   } else {
-    using U = typename shape_dims<Out>::type;
+    using U = dims_of<Out>;
     backend::binary(a.local().data(), local_dims_of<U>(a), b.local().data(), local_dims_of<U>(b), out.local().data(),
                     local_dims_of<U>(out), f);
   }
@@ -82,35 +82,39 @@ auto binary(const char* what, const tensor<T, SA, LA, MA>& a, const tensor<T, SB
   using Out = broadcast_shape<SA, SB>;
   using OutL = canonical<Out, typename checked_output_layout<ok, Out, LA, LB>::type>;
   using out_t = tensor<T, Out, OutL, M>;
-  check_same_mesh(what, a, b);
-  check_common_sizes(what, a.shape(), b.shape());
-  const Out s = shape_from<Out>(a.shape(), b.shape());
-  out_t out = broadcast_apply<Out, OutL>(a, b, s, f);
-  if (!autodiff::recording() || !(a.tracked() || b.tracked())) return out;
-  std::optional<tensor<T, SA, LA, M>> av;
-  std::optional<tensor<T, SB, LB, MB>> bv;
-  if constexpr (!Linear) av = a.detached(), bv = b.detached();
-  // One input's contribution d_of(a, b, dy), elementwise over the output.
-  auto contribution = [s](const out_t& dy, const auto& av, const auto& bv, auto d_of) {
-    out_t g(dy.mesh(), s, uninitialized);
-    std::span<T> gv = g.local();
-    std::span<const T> d = dy.local();
-    if constexpr (Linear) {
-      for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = d_of(T{}, T{}, d[i]);
-    } else {
-      const auto ab = broadcast_apply<Out, OutL>(*av, *bv, s, [](T x, T) { return x; });
-      const auto bb = broadcast_apply<Out, OutL>(*av, *bv, s, [](T, T y) { return y; });
-      std::span<const T> x = ab.local(), y = bb.local();
-      for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = d_of(x[i], y[i], d[i]);
-    }
-    return g;
-  };
-  return record(std::move(out), what, gradient_of(a, [=, sa = a.shape()](const out_t& dy) {
-                  return sum_back_to<SA, LA>(contribution(dy, av, bv, da), sa);
-                }),
-                gradient_of(b, [=, sb = b.shape()](const out_t& dy) {
-                  return sum_back_to<SB, LB>(contribution(dy, av, bv, db), sb);
-                }));
+  if constexpr (!ok) {
+    return diagnostic::after_failure<out_t>();  // the check above has said why
+  } else {
+    check_same_mesh(what, a, b);
+    check_common_sizes(what, a.shape(), b.shape());
+    const Out s = shape_from<Out>(a.shape(), b.shape());
+    out_t out = broadcast_apply<Out, OutL>(a, b, s, f);
+    if (!autodiff::recording() || !(a.tracked() || b.tracked())) return out;
+    std::optional<tensor<T, SA, LA, M>> av;
+    std::optional<tensor<T, SB, LB, MB>> bv;
+    if constexpr (!Linear) av = a.detached(), bv = b.detached();
+    // One input's contribution d_of(a, b, dy), elementwise over the output.
+    auto contribution = [s](const out_t& dy, const auto& av, const auto& bv, auto d_of) {
+      out_t g(dy.mesh(), s, uninitialized);
+      std::span<T> gv = g.local();
+      std::span<const T> d = dy.local();
+      if constexpr (Linear) {
+        for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = d_of(T{}, T{}, d[i]);
+      } else {
+        const auto ab = broadcast_apply<Out, OutL>(*av, *bv, s, [](T x, T) { return x; });
+        const auto bb = broadcast_apply<Out, OutL>(*av, *bv, s, [](T, T y) { return y; });
+        std::span<const T> x = ab.local(), y = bb.local();
+        for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = d_of(x[i], y[i], d[i]);
+      }
+      return g;
+    };
+    return record(std::move(out), what, gradient_of(a, [=, sa = a.shape()](const out_t& dy) {
+                    return sum_back_to<SA, LA>(contribution(dy, av, bv, da), sa);
+                  }),
+                  gradient_of(b, [=, sb = b.shape()](const out_t& dy) {
+                    return sum_back_to<SB, LB>(contribution(dy, av, bv, db), sb);
+                  }));
+  }
 }
 
 }  // namespace ops_detail

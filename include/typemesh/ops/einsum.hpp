@@ -1,7 +1,8 @@
 // einsum over named dims: the output keeps the dims it names, every other dim
 // of the inputs is summed.
 //
-//   auto y = typemesh::einsum<batch, n>(x, w);   // x: [batch, k], w: [k, n]
+//   auto y = typemesh::einsum<batch, n>(x, w);          // x: [batch, k], w: [k, n]
+//   auto z = typemesh::einsum<shape<batch, n>>(x, w);   // the same, for a shape computed at compile time
 //
 // The output's layout comes from the inputs (see ops/rules.hpp). When a
 // summed dim is split over axis A, each device computes a partial sum over
@@ -33,7 +34,7 @@ consteval bool check_contraction() {
       else if constexpr (SB::template has<D>) ok = ok && same_axis<D, LB, OutL>();
     };
     (one.template operator()<Ds>(), ...);
-  }(typename shape_dims<Out>::type{});
+  }(dims_of<Out>{});
   return ok;
 }
 
@@ -45,7 +46,7 @@ tensor<T, Out, OutL, M> contract_to(const tensor<T, SA, LA, M>& a, const tensor<
   constexpr auto axes = either(summed_axes<SA, LA, Out, M>(), summed_axes<SB, LB, Out, M>());
   tensor<T, Out, OutL, M> out(a.mesh(), out_shape, uninitialized);
   if (!a.holds_data()) return out;
-  using U = typename shape_dims<typename union_shape<typename union_shape<Out, SA>::type, SB>::type>::type;
+  using U = dims_of<shape_union<shape_union<Out, SA>, SB>>;
   backend::share_blas_threads(this_device().count());
   backend::contract(a.local().data(), local_dims_of<U>(a), b.local().data(), local_dims_of<U>(b), out.local().data(),
                     local_dims_of<U>(out));
@@ -57,33 +58,45 @@ tensor<T, Out, OutL, M> contract_to(const tensor<T, SA, LA, M>& a, const tensor<
 
 }  // namespace ops_detail
 
-// The product of a and b summed over every dim that OutDims leaves out.
-template <class... OutDims, class T, class SA, class LA, class MA, class SB, class LB, class MB>
+// The product of a and b summed over every dim that Out lacks:
+// einsum<shape<batch, n>>(x, w), the form layers use with a computed shape.
+template <class Out, class T, class SA, class LA, class MA, class SB, class LB, class MB>
+  requires is_shape<Out>
 auto einsum(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
-  static_assert(ops_detail::same_mesh<MA, MB>());
   using M = MA;
-  using Out = shape<OutDims...>;
-  constexpr bool ok = ops_detail::dims_come_from<Out, SA, SB>::value && ops_detail::compatible<SA, LA, SB, LB>();
+  constexpr bool ok = ops_detail::same_mesh<MA, MB>() && ops_detail::dims_come_from<Out, SA, SB>::value &&
+                      ops_detail::compatible<SA, LA, SB, LB>();
   using OutL = canonical<Out, typename ops_detail::checked_output_layout<ok, Out, LA, LB>::type>;
   using out_t = tensor<T, Out, OutL, M>;
-  ops_detail::check_same_mesh("einsum", a, b);
-  ops_detail::check_common_sizes("einsum", a.shape(), b.shape());
-  const Out s = ops_detail::shape_from<Out>(a.shape(), b.shape());
-  out_t out = ops_detail::contract_to<Out, OutL>(a, b, s);
-  if (!autodiff::recording() || !(a.tracked() || b.tracked())) return out;
-  using LAc = canonical<SA, LA>;
-  using LBc = canonical<SB, LB>;
-  // Each gradient needs the other input: keep a copy only where it is used.
-  std::optional<tensor<T, SB, LB, M>> bv;
-  std::optional<tensor<T, SA, LA, M>> av;
-  if (a.tracked()) bv = b.detached();
-  if (b.tracked()) av = a.detached();
-  return record(std::move(out), "einsum", gradient_of(a, [bv = std::move(bv), sa = a.shape()](const out_t& dy) {
-                  return ops_detail::contract_to<SA, LAc>(dy, *bv, sa);
-                }),
-                gradient_of(b, [av = std::move(av), sb = b.shape()](const out_t& dy) {
-                  return ops_detail::contract_to<SB, LBc>(*av, dy, sb);
-                }));
+  if constexpr (!ok) {
+    return diagnostic::after_failure<out_t>();
+  } else {
+    ops_detail::check_same_mesh("einsum", a, b);
+    ops_detail::check_common_sizes("einsum", a.shape(), b.shape());
+    const Out s = shape_from<Out>(a.shape(), b.shape());
+    out_t out = ops_detail::contract_to<Out, OutL>(a, b, s);
+    if (!autodiff::recording() || !(a.tracked() || b.tracked())) return out;
+    using LAc = canonical<SA, LA>;
+    using LBc = canonical<SB, LB>;
+    // Each gradient needs the other input: keep a copy only where it is used.
+    std::optional<tensor<T, SB, LB, M>> bv;
+    std::optional<tensor<T, SA, LA, M>> av;
+    if (a.tracked()) bv = b.detached();
+    if (b.tracked()) av = a.detached();
+    return record(std::move(out), "einsum", gradient_of(a, [bv = std::move(bv), sa = a.shape()](const out_t& dy) {
+                    return ops_detail::contract_to<SA, LAc>(dy, *bv, sa);
+                  }),
+                  gradient_of(b, [av = std::move(av), sb = b.shape()](const out_t& dy) {
+                    return ops_detail::contract_to<SB, LBc>(*av, dy, sb);
+                  }));
+  }
+}
+
+// The same with the output's dims listed: einsum<batch, n>(x, w).
+template <class... OutDims, class T, class SA, class LA, class MA, class SB, class LB, class MB>
+  requires(Dim<OutDims> && ...)
+auto einsum(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
+  return einsum<shape<OutDims...>>(a, b);
 }
 
 }  // namespace typemesh

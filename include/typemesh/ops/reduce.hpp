@@ -36,7 +36,7 @@ tensor<T, Out, OutL, M> reduce_to(const tensor<T, S, L, M>& x, const Out& out_sh
                 "typemesh: internal: reduce_to's layout must place the kept dims as the input does");
   tensor<T, Out, OutL, M> out(x.mesh(), out_shape, uninitialized);
   if (!x.holds_data()) return out;
-  using U = typename shape_dims<S>::type;
+  using U = dims_of<S>;
   const auto xd = local_dims_of<U>(x), od = local_dims_of<U>(out);
   if (op == reduce_op::sum) {
     backend::reduce(x.local().data(), xd, out.local().data(), od, T{0}, std::plus<T>());
@@ -57,13 +57,13 @@ template <class Out, class OutL, class T, class S, class L, class M>
 tensor<T, Out, OutL, M> broadcast_to(const tensor<T, S, L, M>& x, const Out& out_shape) {
   tensor<T, Out, OutL, M> out(x.mesh(), out_shape, uninitialized);
   if (!x.holds_data()) return out;
-  using U = typename shape_dims<Out>::type;
+  using U = dims_of<Out>;
   backend::broadcast(x.local().data(), local_dims_of<U>(x), out.local().data(), local_dims_of<U>(out));
   return out;
 }
 
 template <class S, class... Ds>
-using reduced_shape = std::conditional_t<sizeof...(Ds) == 0, shape<>, typename shape_without<S, Ds...>::type>;
+using reduced_shape = std::conditional_t<sizeof...(Ds) == 0, shape<>, shape_without<S, Ds...>>;
 
 template <class S, class... Ds>
 reduced_shape<S, Ds...> reduced_sizes(const S& s) {
@@ -71,12 +71,12 @@ reduced_shape<S, Ds...> reduced_sizes(const S& s) {
   return [&]<class... Keep>(type_list<Keep...>) {
     if constexpr (sizeof...(Keep) == 0) return Out{};
     else return Out{s.template size<Keep>()...};
-  }(typename shape_dims<Out>::type{});
+  }(dims_of<Out>{});
 }
 
 template <class S, class... Ds>
 consteval bool check_dims_in(type_list<Ds...>) {
-  return (sizeof(diagnostic::dim_not_in_shape<Ds, S, !S::template has<Ds>>) && ...);
+  return (diagnostic::dim_not_in_shape<Ds, S, !S::template has<Ds>>::passed && ...);
 }
 
 }  // namespace ops_detail
@@ -85,26 +85,31 @@ consteval bool check_dims_in(type_list<Ds...>) {
 // x's dims, in any order), placed by OutLayout. The gradient sums back.
 template <class Out, class OutL, class T, class S, class L, class M>
 tensor<T, Out, canonical<Out, OutL>, M> broadcast_to(const tensor<T, S, L, M>& x, const Out& out_shape) {
-  static_assert(ops_detail::check_dims_in<Out>(typename ops_detail::shape_dims<S>::type{}));
-  static_assert(ops_detail::compatible<S, L, Out, OutL>());
   using out_t = tensor<T, Out, canonical<Out, OutL>, M>;
-  out_t out = ops_detail::broadcast_to<Out, canonical<Out, OutL>>(x, out_shape);
-  return record(std::move(out), "broadcast", gradient_of(x, [s = x.shape()](const out_t& dy) {
-                  return ops_detail::reduce_to<S, canonical<S, L>>(dy, s, reduce_op::sum);
-                }));
+  if constexpr (!(ops_detail::check_dims_in<Out>(dims_of<S>{}) && ops_detail::compatible<S, L, Out, OutL>())) {
+    return diagnostic::after_failure<out_t>();
+  } else {
+    out_t out = ops_detail::broadcast_to<Out, canonical<Out, OutL>>(x, out_shape);
+    return record(std::move(out), "broadcast", gradient_of(x, [s = x.shape()](const out_t& dy) {
+                    return ops_detail::reduce_to<S, canonical<S, L>>(dy, s, reduce_op::sum);
+                  }));
+  }
 }
 
 // The sum over dims Ds (every dim when none are named).
 template <class... Ds, class T, class S, class L, class M>
 auto reduce_sum(const tensor<T, S, L, M>& x) {
-  static_assert(ops_detail::check_dims_in<S>(type_list<Ds...>{}));
   using Out = ops_detail::reduced_shape<S, Ds...>;
   using OutL = canonical<Out, L>;
   using out_t = tensor<T, Out, OutL, M>;
-  out_t out = ops_detail::reduce_to<Out, OutL>(x, ops_detail::reduced_sizes<S, Ds...>(x.shape()), reduce_op::sum);
-  return record(std::move(out), "reduce_sum", gradient_of(x, [s = x.shape()](const out_t& dy) {
-                  return ops_detail::broadcast_to<S, canonical<S, L>>(dy, s);
-                }));
+  if constexpr (!ops_detail::check_dims_in<S>(type_list<Ds...>{})) {
+    return diagnostic::after_failure<out_t>();
+  } else {
+    out_t out = ops_detail::reduce_to<Out, OutL>(x, ops_detail::reduced_sizes<S, Ds...>(x.shape()), reduce_op::sum);
+    return record(std::move(out), "reduce_sum", gradient_of(x, [s = x.shape()](const out_t& dy) {
+                    return ops_detail::broadcast_to<S, canonical<S, L>>(dy, s);
+                  }));
+  }
 }
 
 // The mean over dims Ds (every dim when none are named).
@@ -120,27 +125,30 @@ auto reduce_mean(const tensor<T, S, L, M>& x) {
 // shared equally by the elements equal to the maximum.
 template <class... Ds, class T, class S, class L, class M>
 auto reduce_max(const tensor<T, S, L, M>& x) {
-  static_assert(ops_detail::check_dims_in<S>(type_list<Ds...>{}));
   using Out = ops_detail::reduced_shape<S, Ds...>;
   using OutL = canonical<Out, L>;
   using out_t = tensor<T, Out, OutL, M>;
-  const Out rows = ops_detail::reduced_sizes<S, Ds...>(x.shape());
-  out_t out = ops_detail::reduce_to<Out, OutL>(x, rows, reduce_op::max);
-  return record(std::move(out), "reduce_max", gradient_of(x, [xv = x.detached(), y = out.detached(), rows](const out_t& dy) {
-                  using in_t = tensor<T, S, canonical<S, L>, M>;
-                  // 1 where an element is a maximum; the ties per row; then dy / ties there.
-                  in_t ties = ops_detail::broadcast_to<S, canonical<S, L>>(y, xv.shape());
-                  auto t = ties.local();
-                  auto xs = xv.local();
-                  for (std::size_t i = 0; i < t.size(); ++i) t[i] = xs[i] == t[i] ? T{1} : T{0};
-                  out_t count = ops_detail::reduce_to<Out, OutL>(ties, rows, reduce_op::sum);
-                  in_t g = ops_detail::broadcast_to<S, canonical<S, L>>(dy, xv.shape());
-                  in_t c = ops_detail::broadcast_to<S, canonical<S, L>>(count, xv.shape());
-                  auto gv = g.local();
-                  auto cv = c.local();
-                  for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = t[i] != T{0} ? gv[i] / cv[i] : T{0};
-                  return g;
-                }));
+  if constexpr (!ops_detail::check_dims_in<S>(type_list<Ds...>{})) {
+    return diagnostic::after_failure<out_t>();
+  } else {
+    const Out rows = ops_detail::reduced_sizes<S, Ds...>(x.shape());
+    out_t out = ops_detail::reduce_to<Out, OutL>(x, rows, reduce_op::max);
+    return record(std::move(out), "reduce_max", gradient_of(x, [xv = x.detached(), y = out.detached(), rows](const out_t& dy) {
+                    using in_t = tensor<T, S, canonical<S, L>, M>;
+                    // 1 where an element is a maximum; the ties per row; then dy / ties there.
+                    in_t ties = ops_detail::broadcast_to<S, canonical<S, L>>(y, xv.shape());
+                    auto t = ties.local();
+                    auto xs = xv.local();
+                    for (std::size_t i = 0; i < t.size(); ++i) t[i] = xs[i] == t[i] ? T{1} : T{0};
+                    out_t count = ops_detail::reduce_to<Out, OutL>(ties, rows, reduce_op::sum);
+                    in_t g = ops_detail::broadcast_to<S, canonical<S, L>>(dy, xv.shape());
+                    in_t c = ops_detail::broadcast_to<S, canonical<S, L>>(count, xv.shape());
+                    auto gv = g.local();
+                    auto cv = c.local();
+                    for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = t[i] != T{0} ? gv[i] / cv[i] : T{0};
+                    return g;
+                  }));
+  }
 }
 
 }  // namespace typemesh

@@ -22,6 +22,8 @@
 #include "typemesh/core/layout.hpp"
 #include "typemesh/core/placement.hpp"
 #include "typemesh/core/shape.hpp"
+#include "typemesh/core/shape_algebra.hpp"
+#include "typemesh/core/type_list.hpp"
 
 namespace typemesh {
 
@@ -34,52 +36,7 @@ TYPEMESH_DIAGNOSTIC(dim_not_in_inputs, (class Dim, class Shapes), (Dim, Shapes),
                     "arguments above");
 }  // namespace diagnostic
 
-template <class... Ts>
-struct type_list {};
-
 namespace ops_detail {
-
-// --- Shapes as lists of dims ---------------------------------------------------
-
-template <class S, class... Extra>
-struct shape_append;
-template <class... Ds, class... Extra>
-struct shape_append<shape<Ds...>, Extra...> {
-  using type = shape<Ds..., Extra...>;
-};
-
-// A's dims, then B's dims that A lacks.
-template <class A, class B>
-struct union_shape;
-template <class A>
-struct union_shape<A, shape<>> {
-  using type = A;
-};
-template <class A, class D, class... Rest>
-struct union_shape<A, shape<D, Rest...>>
-    : union_shape<std::conditional_t<A::template has<D>, A, typename shape_append<A, D>::type>, shape<Rest...>> {};
-
-// S without the dims in Drop.
-template <class S, class... Drop>
-struct shape_without;
-template <class... Ds, class... Drop>
-struct shape_without<shape<Ds...>, Drop...> {
-  template <class Acc, class... Rest>
-  struct go {
-    using type = Acc;
-  };
-  template <class Acc, class D, class... Rest>
-  struct go<Acc, D, Rest...>
-      : go<std::conditional_t<detail::contains<D, Drop...>, Acc, typename shape_append<Acc, D>::type>, Rest...> {};
-  using type = typename go<shape<>, Ds...>::type;
-};
-
-template <class S>
-struct shape_dims;
-template <class... Ds>
-struct shape_dims<shape<Ds...>> {
-  using type = type_list<Ds...>;
-};
 
 // --- Layouts -----------------------------------------------------------------
 
@@ -114,8 +71,8 @@ struct checked_output_layout<true, Out, LA, LB> {
 // Dim D sits on the same axis (or none) in both layouts.
 template <class D, class LA, class LB>
 consteval bool same_axis() {
-  return sizeof(diagnostic::conflicting_layouts<
-                D, LA, LB, !std::is_same_v<typename LA::template axis_of<D>, typename LB::template axis_of<D>>>);
+  return diagnostic::conflicting_layouts<
+                D, LA, LB, !std::is_same_v<typename LA::template axis_of<D>, typename LB::template axis_of<D>>>::passed;
 }
 
 // The dims two inputs share sit on the same axes, and no axis splits one dim
@@ -129,7 +86,7 @@ consteval bool compatible() {
     if constexpr (SB::template has<D>) ok = ok && same_axis<D, LA, LB>();
     if constexpr (LB::template uses<A>) {
       using E = typename LB::template dim_on<A>;
-      ok = ok && sizeof(diagnostic::axis_splits_two_dims<A, D, E, !std::is_same_v<D, E>>);
+      ok = ok && diagnostic::axis_splits_two_dims<A, D, E, !std::is_same_v<D, E>>::passed;
     }
   });
   LB::for_each([&](auto d, auto) {
@@ -145,7 +102,7 @@ struct dims_come_from;
 template <class... Ds, class SA, class SB>
 struct dims_come_from<shape<Ds...>, SA, SB> {
   static constexpr bool value =
-      (sizeof(diagnostic::dim_not_in_inputs<Ds, type_list<SA, SB>, !SA::template has<Ds> && !SB::template has<Ds>>) &&
+      (diagnostic::dim_not_in_inputs<Ds, type_list<SA, SB>, !SA::template has<Ds> && !SB::template has<Ds>>::passed &&
        ...);
 };
 
@@ -210,16 +167,7 @@ void check_common_sizes(const char* op, const SA& a, const SB& b) {
       }
     }
   };
-  [&]<class... Ds>(type_list<Ds...>) { (one.template operator()<Ds>(), ...); }(typename shape_dims<SA>::type{});
-}
-
-// The output shape's sizes, each dim from the input that has it.
-template <class Out, class SA, class SB>
-Out shape_from(const SA& a, const SB& b) {
-  return [&]<class... Ds>(type_list<Ds...>) {
-    if constexpr (sizeof...(Ds) == 0) return Out{};
-    else return Out{size_from<Ds>(a, b)...};
-  }(typename shape_dims<Out>::type{});
+  [&]<class... Ds>(type_list<Ds...>) { (one.template operator()<Ds>(), ...); }(dims_of<SA>{});
 }
 
 }  // namespace ops_detail

@@ -159,20 +159,11 @@ Out take_along(const Src& src, const typename Out::shape_type& out_shape, std::i
 
 template <class Old, class New, class S>
 consteval bool check_rename() {
-  return sizeof(diagnostic::dim_not_in_shape<Old, S, !S::template has<Old>>) &&
-         sizeof(diagnostic::rename_target_already_in_shape<New, S,
-                                                           S::template has<New> && !std::is_same_v<Old, New>>);
+  return diagnostic::dim_not_in_shape<Old, S, !S::template has<Old>>::passed &&
+         diagnostic::rename_target_already_in_shape<New, S,
+                                                           S::template has<New> && !std::is_same_v<Old, New>>::passed;
 }
-template <class Old, class New, class S>
-inline constexpr bool rename_ok = S::template has<Old> && (!S::template has<New> || std::is_same_v<Old, New>);
 
-// S with Old called New.
-template <class Old, class New, class S>
-struct renamed_shape;
-template <class Old, class New, class... Ds>
-struct renamed_shape<Old, New, shape<Ds...>> {
-  using type = shape<std::conditional_t<std::is_same_v<Ds, Old>, New, Ds>...>;
-};
 
 // L with Old's axis given to New.
 template <class Old, class New, class L>
@@ -186,8 +177,8 @@ struct renamed_layout<Old, New, L> {
 };
 
 template <class Old, class New, class T, class S, class L, class M>
-using renamed_t = tensor<T, typename renamed_shape<Old, New, S>::type,
-                         canonical<typename renamed_shape<Old, New, S>::type, typename renamed_layout<Old, New, L>::type>,
+using renamed_t = tensor<T, shape_replace<S, Old, New>,
+                         canonical<shape_replace<S, Old, New>, typename renamed_layout<Old, New, L>::type>,
                          M>;
 
 // The same local elements under the new name (no record).
@@ -238,21 +229,24 @@ struct regrouping<shape<A...>, shape<B...>> {
   template <class D>
   static constexpr bool kept = shape<A...>::template has<D> && kept_at(shape<A...>::template index_of<D>, ra);
 
-  template <class L>
-  static constexpr bool ok = ((!(L::template splits<A> && !kept<A>) &&
-                               !(shape<B...>::template has<A> && !kept<A>)) && ...);
-
+  // Reports the first dim that cannot be reshaped (one error, however many dims).
   static consteval bool check(auto layout_tag) {
     using L = typename decltype(layout_tag)::type;
-    bool ok = true;
-    auto one = [&]<class D>() {
-      ok = ok && sizeof(diagnostic::reshape_regroups_a_split_dim<D, shape<A...>, shape<B...>,
-                                                                 L::template splits<D> && !kept<D>>);
-      ok = ok && sizeof(diagnostic::reshape_reuses_a_regrouped_dim<D, shape<A...>, shape<B...>,
-                                                                   shape<B...>::template has<D> && !kept<D>>);
-    };
-    (one.template operator()<A>(), ...);
-    return ok;
+    constexpr bool regroups[] = {(L::template splits<A> && !kept<A>)..., false};
+    constexpr bool reuses[] = {(shape<B...>::template has<A> && !kept<A>)..., false};
+    constexpr std::size_t first = [&] {
+      std::size_t i = 0;
+      while (i < ra && !regroups[i] && !reuses[i]) ++i;
+      return i;
+    }();
+    if constexpr (first == ra) {
+      return true;
+    } else {
+      using D = nth<first, A...>;
+      return diagnostic::reshape_regroups_a_split_dim<D, shape<A...>, shape<B...>, regroups[first]>::passed &&
+             diagnostic::reshape_reuses_a_regrouped_dim<D, shape<A...>, shape<B...>,
+                                                        !regroups[first] && reuses[first]>::passed;
+    }
   }
 };
 
@@ -292,24 +286,17 @@ tensor<T, NewShape, reshaped_layout<NewShape, L>, M> reshape_values(const tensor
 
 template <class D, class SA, class LA, class SB, class LB>
 consteval bool check_concat() {
-  return sizeof(diagnostic::dim_not_in_shape<D, SA, !SA::template has<D>>) &&
-         sizeof(diagnostic::concat_shapes_differ<SA, SB, !std::is_same_v<SA, SB>>) &&
-         sizeof(diagnostic::shape_op_needs_a_whole_dim<D, LA, LA::template splits<D>>) &&
-         sizeof(diagnostic::shape_op_needs_a_whole_dim<D, LB, LB::template splits<D>>) &&
-         sizeof(diagnostic::concat_layouts_differ<LA, LB, !std::is_same_v<canonical<SA, LA>, canonical<SA, LB>>>);
+  return diagnostic::dim_not_in_shape<D, SA, !SA::template has<D>>::passed &&
+         diagnostic::concat_shapes_differ<SA, SB, !std::is_same_v<SA, SB>>::passed &&
+         diagnostic::shape_op_needs_a_whole_dim<D, LA, LA::template splits<D>>::passed &&
+         diagnostic::shape_op_needs_a_whole_dim<D, LB, LB::template splits<D>>::passed &&
+         diagnostic::concat_layouts_differ<LA, LB, !std::is_same_v<canonical<SA, LA>, canonical<SA, LB>>>::passed;
 }
-
-template <class D, class SA, class LA, class SB, class LB>
-inline constexpr bool concat_ok = SA::template has<D> && std::is_same_v<SA, SB> && !LA::template splits<D> &&
-                                  !LB::template splits<D> && std::is_same_v<canonical<SA, LA>, canonical<SA, LB>>;
-
-template <class D, class S, class L>
-inline constexpr bool whole_dim_ok = S::template has<D> && !L::template splits<D>;
 
 template <class D, class S, class L>
 consteval bool check_whole_dim() {
-  return sizeof(diagnostic::dim_not_in_shape<D, S, !S::template has<D>>) &&
-         sizeof(diagnostic::shape_op_needs_a_whole_dim<D, L, L::template splits<D>>);
+  return diagnostic::dim_not_in_shape<D, S, !S::template has<D>>::passed &&
+         diagnostic::shape_op_needs_a_whole_dim<D, L, L::template splits<D>>::passed;
 }
 
 // The slice [begin, begin + size) of D fits in s.
@@ -325,12 +312,6 @@ void check_range(const char* op, const S& s, std::int64_t begin, std::int64_t si
 
 // --- stack ---
 
-template <class NewDim, class S>
-struct prepended;
-template <class NewDim, class... Ds>
-struct prepended<NewDim, shape<Ds...>> {
-  using type = shape<NewDim, Ds...>;
-};
 
 // --- one_hot ---
 
@@ -356,19 +337,13 @@ struct one_hot_fill {
 
 template <class VocabDim, class VocabAxis, class S, class L, class M>
 consteval bool check_one_hot() {
-  bool ok = sizeof(diagnostic::new_dim_already_in_shape<VocabDim, S, S::template has<VocabDim>>) > 0;
+  bool ok = diagnostic::new_dim_already_in_shape<VocabDim, S, S::template has<VocabDim>>::passed;
   if constexpr (!std::is_void_v<VocabAxis>) {
-    ok = ok && sizeof(diagnostic::axis_not_in_mesh<VocabAxis, M, !M::template has<VocabAxis>>) &&
-         sizeof(diagnostic::one_hot_axis_splits_the_indices<VocabAxis, L, L::template uses<VocabAxis>>);
+    ok = ok && diagnostic::axis_not_in_mesh<VocabAxis, M, !M::template has<VocabAxis>>::passed &&
+         diagnostic::one_hot_axis_splits_the_indices<VocabAxis, L, L::template uses<VocabAxis>>::passed;
   }
   return ok;
 }
-
-template <class VocabDim, class VocabAxis, class S, class L, class M>
-inline constexpr bool one_hot_ok = [] {
-  if constexpr (std::is_void_v<VocabAxis>) return !S::template has<VocabDim>;
-  else return !S::template has<VocabDim> && M::template has<VocabAxis> && !L::template uses<VocabAxis>;
-}();
 
 // The output layout: the indices' layout, plus VocabDim over VocabAxis.
 template <class VocabDim, class VocabAxis, class L>
@@ -432,7 +407,7 @@ tensor<T, S, L, M> slice_op(const tensor<T, S, L, M>& x, std::int64_t begin, std
 template <class NewDim, class T, class S, class L, class M, class... Rest>
 auto stack_op(const tensor<T, S, L, M>& first, const Rest&... rest) {
   using in_t = tensor<T, S, L, M>;
-  using Out = typename prepended<NewDim, S>::type;
+  using Out = shape_prepend<S, NewDim>;
   using out_t = tensor<T, Out, canonical<Out, L>, M>;
   constexpr std::size_t count = 1 + sizeof...(Rest);
   const std::array<const in_t*, count> xs{&first, &rest...};
@@ -466,7 +441,7 @@ auto stack_op(const tensor<T, S, L, M>& first, const Rest&... rest) {
 
 template <class VocabDim, class VocabAxis, class U, class I, class S, class L, class M>
 auto one_hot_op(const tensor<I, S, L, M>& indices, std::int64_t vocab_size, U on, U off) {
-  using Out = typename ops_detail::shape_append<S, VocabDim>::type;
+  using Out = shape_append<S, VocabDim>;
   using OutL = canonical<Out, typename vocab_layout<VocabDim, VocabAxis, L>::type>;
   using out_t = tensor<U, Out, OutL, M>;
   std::array<std::int64_t, Out::rank> sizes{};
@@ -502,8 +477,7 @@ auto one_hot_op(const tensor<I, S, L, M>& indices, std::int64_t vocab_size, U on
 // Gradient: the rename back.
 template <class Old, class New, class T, class S, class L, class M>
 auto rename(const tensor<T, S, L, M>& x) {
-  static_assert(shape_ops_detail::check_rename<Old, New, S>());
-  if constexpr (shape_ops_detail::rename_ok<Old, New, S>) return shape_ops_detail::rename_op<Old, New>(x);
+  if constexpr (shape_ops_detail::check_rename<Old, New, S>()) return shape_ops_detail::rename_op<Old, New>(x);
 }
 
 // --- reshape ---------------------------------------------------------------------
@@ -529,9 +503,10 @@ auto reshape(const tensor<T, S, L, M>& x, const NewShape& new_shape) {
     if constexpr (std::is_void_v<NewLayout>) return false;
     else return !std::is_same_v<canonical<NewShape, NewLayout>, OutL>;
   }();
-  static_assert(R::check(detail::hana::type_c<L>) &&
-                sizeof(diagnostic::reshape_moves_a_split_dim<NewLayout, OutL, stated_differs>));
-  if constexpr (R::template ok<L> && !stated_differs) return shape_ops_detail::reshape_op(x, new_shape);
+  if constexpr (R::check(detail::hana::type_c<L>) &&
+                diagnostic::reshape_moves_a_split_dim<NewLayout, OutL, stated_differs>::passed) {
+    return shape_ops_detail::reshape_op(x, new_shape);
+  }
 }
 
 // --- concat, slice, split ----------------------------------------------------------
@@ -542,8 +517,7 @@ auto reshape(const tensor<T, S, L, M>& x, const NewShape& new_shape) {
 // Gradient: the two slices of the result's gradient.
 template <class D, class T, class SA, class LA, class MA, class SB, class LB, class MB>
 auto concat(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
-  static_assert(ops_detail::same_mesh<MA, MB>() && shape_ops_detail::check_concat<D, SA, LA, SB, LB>());
-  if constexpr (std::is_same_v<MA, MB> && shape_ops_detail::concat_ok<D, SA, LA, SB, LB>) {
+  if constexpr (ops_detail::same_mesh<MA, MB>() && shape_ops_detail::check_concat<D, SA, LA, SB, LB>()) {
     return shape_ops_detail::concat_op<D>(a, b);
   }
 }
@@ -552,8 +526,7 @@ auto concat(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
 // Gradient: the slice's gradient padded with zeros.
 template <class D, class T, class S, class L, class M>
 auto slice(const tensor<T, S, L, M>& x, std::int64_t begin, std::int64_t size) {
-  static_assert(shape_ops_detail::check_whole_dim<D, S, L>());
-  if constexpr (shape_ops_detail::whole_dim_ok<D, S, L>) return shape_ops_detail::slice_op<D>(x, begin, size);
+  if constexpr (shape_ops_detail::check_whole_dim<D, S, L>()) return shape_ops_detail::slice_op<D>(x, begin, size);
 }
 
 // Dim D (whole) cut in two: a std::pair of the first `first_size` elements
@@ -562,8 +535,7 @@ auto slice(const tensor<T, S, L, M>& x, std::int64_t begin, std::int64_t size) {
 // (and records as one).
 template <class D, class T, class S, class L, class M>
 auto split(const tensor<T, S, L, M>& x, std::int64_t first_size) {
-  static_assert(shape_ops_detail::check_whole_dim<D, S, L>());
-  if constexpr (shape_ops_detail::whole_dim_ok<D, S, L>) {
+  if constexpr (shape_ops_detail::check_whole_dim<D, S, L>()) {
     const std::int64_t n = x.shape().template size<D>();
     if (first_size < 0 || first_size > n) {
       throw shape_error(detail::cat("split<", D::name, ">: first_size ", first_size, " is outside [0, ", n,
@@ -587,9 +559,8 @@ auto split(const tensor<T, S, L, M>& x, std::int64_t first_size) {
 template <class NewDim, class T, class S, class L, class M, class... Rest>
 auto stack(const tensor<T, S, L, M>& first, const Rest&... rest) {
   using in_t = tensor<T, S, L, M>;
-  static_assert((sizeof(diagnostic::stack_needs_one_tensor_type<in_t, Rest, !std::is_same_v<in_t, Rest>>) && ... &&
-                 sizeof(diagnostic::new_dim_already_in_shape<NewDim, S, S::template has<NewDim>>)));
-  if constexpr ((std::is_same_v<in_t, Rest> && ... && !S::template has<NewDim>)) {
+  if constexpr ((diagnostic::stack_needs_one_tensor_type<in_t, Rest, !std::is_same_v<in_t, Rest>>::passed && ... &&
+                 diagnostic::new_dim_already_in_shape<NewDim, S, S::template has<NewDim>>::passed)) {
     return shape_ops_detail::stack_op<NewDim>(first, rest...);
   }
 }
@@ -611,9 +582,8 @@ auto stack(const tensor<T, S, L, M>& first, const Rest&... rest) {
 template <class VocabDim, class VocabAxis = void, class U = float, std::integral I, class S, class L, class M>
 auto one_hot(const tensor<I, S, L, M>& indices, std::int64_t vocab_size, U on = U{1},
              std::type_identity_t<U> off = U{0}) {
-  static_assert(sizeof(diagnostic::one_hot_needs_a_floating_type<U, !std::is_floating_point_v<U>>) &&
-                shape_ops_detail::check_one_hot<VocabDim, VocabAxis, S, L, M>());
-  if constexpr (std::is_floating_point_v<U> && shape_ops_detail::one_hot_ok<VocabDim, VocabAxis, S, L, M>) {
+  if constexpr (diagnostic::one_hot_needs_a_floating_type<U, !std::is_floating_point_v<U>>::passed &&
+                shape_ops_detail::check_one_hot<VocabDim, VocabAxis, S, L, M>()) {
     return shape_ops_detail::one_hot_op<VocabDim, VocabAxis>(indices, vocab_size, on, off);
   }
 }

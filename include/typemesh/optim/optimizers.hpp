@@ -23,7 +23,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "typemesh/autodiff/node.hpp"
+#include "typemesh/core/error.hpp"
+#include "typemesh/tensor/tape_node.hpp"
 
 namespace typemesh::optim {
 

@@ -1,47 +1,47 @@
-// Collectives on distributed tensors, named by the dims and axes they change.
-// Each computes its output layout at compile time:
+// Collectives on distributed tensors, named by the dims and axes they change,
+// without gradients (typemesh::raw); the differentiable ones that programs
+// call, typemesh::allconcat and the rest, are in ops/collectives.hpp, above
+// autodiff. Each computes its output layout at compile time:
 //
-//   allconcat<k>(x)         k split over some axis  -> k whole       (allgather)
-//   allsplit<k, axis1>(x)   k whole, axis1 replicas -> k over axis1  (no traffic)
-//   allreduce<axis1>(x)     sums the replicas along axis1, layout unchanged
-//   reduce_scatter<k, axis1>(x)  sums along axis1 and splits k over it
-//   alltoall<k, n>(x)       k split over an axis    -> n split over that axis
+//   raw::allconcat<k>(x)         k split over some axis  -> k whole       (allgather)
+//   raw::allsplit<k, axis1>(x)   k whole, axis1 replicas -> k over axis1  (no traffic)
+//   raw::allreduce<axis1>(x)     sums the replicas along axis1, layout unchanged
+//   raw::reduce_scatter<k, axis1>(x)  sums along axis1 and splits k over it
+//   raw::alltoall<k, n>(x)       k split over an axis    -> n split over that axis
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 
-#include "typemesh/autodiff/tape.hpp"
 #include "typemesh/backend/kernels.hpp"
 #include "typemesh/core/diagnostics.hpp"
 #include "typemesh/tensor/tensor.hpp"
 
 namespace typemesh {
 
-namespace detail {
+namespace collectives_detail {
 
 template <class D, class Tensor>
 consteval bool check_dim_in_shape() {
-  return sizeof(diagnostic::dim_not_in_shape<D, typename Tensor::shape_type, !Tensor::shape_type::template has<D>>);
+  return diagnostic::dim_not_in_shape<D, typename Tensor::shape_type, !Tensor::shape_type::template has<D>>::passed;
 }
 template <class A, class Tensor>
 consteval bool check_axis_in_mesh() {
-  return sizeof(diagnostic::axis_not_in_mesh<A, typename Tensor::mesh_type, !Tensor::mesh_type::template has<A>>);
+  return diagnostic::axis_not_in_mesh<A, typename Tensor::mesh_type, !Tensor::mesh_type::template has<A>>::passed;
 }
 template <class D, class Tensor>
 consteval bool check_split() {
-  return sizeof(diagnostic::dim_not_split<D, typename Tensor::layout_type,
-                                          Tensor::shape_type::template has<D> &&
-                                              !Tensor::layout_type::template splits<D>>);
+  return diagnostic::dim_not_split<D, typename Tensor::layout_type,
+                                   Tensor::shape_type::template has<D> && !Tensor::layout_type::template splits<D>>::passed;
 }
 template <class D, class Tensor>
 consteval bool check_whole() {
-  return sizeof(diagnostic::dim_already_split<D, typename Tensor::layout_type, Tensor::layout_type::template splits<D>>);
+  return diagnostic::dim_already_split<D, typename Tensor::layout_type, Tensor::layout_type::template splits<D>>::passed;
 }
 template <class A, class Tensor>
 consteval bool check_replica_axis() {
-  return sizeof(diagnostic::axis_already_used<A, typename Tensor::layout_type, Tensor::layout_type::template uses<A>>);
+  return diagnostic::axis_already_used<A, typename Tensor::layout_type, Tensor::layout_type::template uses<A>>::passed;
 }
 
 struct no_axis : axis<"(none)"> {};
@@ -51,6 +51,22 @@ template <class D, class A, class Tensor>
 consteval bool check_can_split() {
   return check_dim_in_shape<D, Tensor>() && check_axis_in_mesh<A, Tensor>() && check_whole<D, Tensor>() &&
          check_replica_axis<A, Tensor>();
+}
+
+// Each collective's checks, one function per collective so that the
+// differentiable wrappers (ops/collectives.hpp) can stop on the same answer.
+template <class D, class Tensor>
+consteval bool allconcat_ok() {
+  return check_dim_in_shape<D, Tensor>() && check_split<D, Tensor>();
+}
+template <class Tensor, class... As>
+consteval bool allreduce_ok() {
+  return ((check_axis_in_mesh<As, Tensor>() && check_replica_axis<As, Tensor>()) && ...);
+}
+template <class From, class To, class Tensor>
+consteval bool alltoall_ok() {
+  return check_dim_in_shape<From, Tensor>() && check_dim_in_shape<To, Tensor>() && check_split<From, Tensor>() &&
+         check_whole<To, Tensor>();
 }
 
 // L with D split over A, or L itself when that is not allowed (the check
@@ -77,52 +93,40 @@ void blocks_along(const T* packed_or_src, T* dst_or_packed, const std::array<std
   }
 }
 
-}  // namespace detail
+}  // namespace collectives_detail
 
 // The result types, named so that each collective and its gradient (another
 // collective) can refer to each other.
 template <class D, class T, class S, class L, class M>
 using allconcat_t = tensor<T, S, canonical<S, typename L::template without<D>>, M>;
 template <class D, class A, class T, class S, class L, class M>
-using allsplit_t = tensor<T, S, canonical<S, detail::split_layout<D, A, S, L, M>>, M>;
+using allsplit_t = tensor<T, S, canonical<S, collectives_detail::split_layout<D, A, S, L, M>>, M>;
 template <class From, class To, class T, class S, class L, class M>
 using alltoall_t =
     tensor<T, S,
            canonical<S, typename L::template without<From>::template with<
                             To, std::conditional_t<L::template splits<From>, typename L::template axis_of<From>,
-                                                   detail::no_axis>>>,
+                                                   collectives_detail::no_axis>>>,
            M>;
 
-template <class D, class T, class S, class L, class M>
-allconcat_t<D, T, S, L, M> allconcat(const tensor<T, S, L, M>& x);
-template <class D, class A, class T, class S, class L, class M>
-allsplit_t<D, A, T, S, L, M> allsplit(const tensor<T, S, L, M>& x);
-template <class From, class To, class T, class S, class L, class M>
-alltoall_t<From, To, T, S, L, M> alltoall(const tensor<T, S, L, M>& x);
-
-// Every device records each collective's gradient, also a device outside the
-// mesh (which holds nothing): all devices then hold the same tape and run
-// the same collectives backward.
+namespace raw {
 
 // D split over axis A -> D whole: an allgather along A.
 template <class D, class T, class S, class L, class M>
 allconcat_t<D, T, S, L, M> allconcat(const tensor<T, S, L, M>& x) {
-  using in_t = tensor<T, S, L, M>;
-  static_assert(detail::check_dim_in_shape<D, in_t>() && detail::check_split<D, in_t>());
-  using out_t = tensor<T, S, canonical<S, typename L::template without<D>>, M>;
-  out_t out(x.mesh(), x.shape());
-  if constexpr (L::template splits<D>) {
+  using out_t = allconcat_t<D, T, S, L, M>;
+  if constexpr (!collectives_detail::allconcat_ok<D, tensor<T, S, L, M>>()) {
+    return diagnostic::after_failure<out_t>();
+  } else {
+    out_t out(x.mesh(), x.shape());
     using A = typename L::template axis_of<D>;
     if (x.holds_data()) {
       group g = x.mesh().template group_along<A>(x.device());
       backend::storage<T> gathered(out.local().size());
       this_device().allgather(g, x.local(), backend::view(gathered));
-      detail::blocks_along(backend::view(gathered).data(), out.local().data(), out.local_extent(),
-                           S::template index_of<D>, g.size(), /*unpack=*/true);
+      collectives_detail::blocks_along(backend::view(gathered).data(), out.local().data(), out.local_extent(),
+                                       S::template index_of<D>, g.size(), /*unpack=*/true);
     }
-    // Gradient: each device keeps its own part of the whole gradient.
-    return record(std::move(out), "allconcat", gradient_of(x, [](const out_t& dy) { return typemesh::allsplit<D, A>(dy); }));
-  } else {
     return out;
   }
 }
@@ -130,80 +134,79 @@ allconcat_t<D, T, S, L, M> allconcat(const tensor<T, S, L, M>& x) {
 // D whole, A holding replicas -> D split over A. Each device keeps its part.
 template <class D, class A, class T, class S, class L, class M>
 allsplit_t<D, A, T, S, L, M> allsplit(const tensor<T, S, L, M>& x) {
-  using in_t = tensor<T, S, L, M>;
-  static_assert(detail::check_can_split<D, A, in_t>());
-  using out_t = tensor<T, S, canonical<S, detail::split_layout<D, A, S, L, M>>, M>;
-  out_t out(x.mesh(), x.shape());
-  if (x.holds_data()) {
-    constexpr std::size_t d = S::template index_of<D>;
-    backend::region<S::rank> from{x.local_extent(), {}};
-    from.begin[d] = out.slice().begin[d];
-    backend::copy_box(x.local().data(), from, out.local().data(), out.local_region(), out.local_extent());
+  using out_t = allsplit_t<D, A, T, S, L, M>;
+  if constexpr (!collectives_detail::check_can_split<D, A, tensor<T, S, L, M>>()) {
+    return diagnostic::after_failure<out_t>();
+  } else {
+    out_t out(x.mesh(), x.shape());
+    if (x.holds_data()) {
+      constexpr std::size_t d = S::template index_of<D>;
+      backend::region<S::rank> from{x.local_extent(), {}};
+      from.begin[d] = out.slice().begin[d];
+      backend::copy_box(x.local().data(), from, out.local().data(), out.local_region(), out.local_extent());
+    }
+    return out;
   }
-  // Gradient: an allgather of the parts.
-  return record(std::move(out), "allsplit", gradient_of(x, [](const out_t& dy) { return typemesh::allconcat<D>(dy); }));
 }
 
 // Reduces the replicas along the axes As (which must not split a dim).
 template <class... As, class T, class S, class L, class M>
-auto allreduce(const tensor<T, S, L, M>& x, reduce_op op = reduce_op::sum) {
+tensor<T, S, L, M> allreduce(const tensor<T, S, L, M>& x, reduce_op op = reduce_op::sum) {
   using in_t = tensor<T, S, L, M>;
   static_assert(sizeof...(As) > 0, "typemesh: allreduce<axes...> needs at least one mesh axis");
-  static_assert(((detail::check_axis_in_mesh<As, in_t>() && detail::check_replica_axis<As, in_t>()) && ...));
-  in_t out(x.mesh(), x.shape());
-  if (x.holds_data()) {
-    group g = x.mesh().template group_along<As...>(x.device());
-    this_device().allreduce(g, x.local(), out.local(), op);
+  if constexpr (sizeof...(As) == 0 || !collectives_detail::allreduce_ok<in_t, As...>()) {
+    return diagnostic::after_failure<in_t>();
+  } else {
+    in_t out(x.mesh(), x.shape());
+    if (x.holds_data()) {
+      group g = x.mesh().template group_along<As...>(x.device());
+      this_device().allreduce(g, x.local(), out.local(), op);
+    }
+    return out;
   }
-  if (op != reduce_op::sum) return out;  // no gradient through a max
-  // Gradient: every partial sum gets the whole sum's gradient.
-  return record(std::move(out), "allreduce", gradient_of(x, [](const in_t& dy) { return dy.detached(); }));
 }
 
 // Reduces along A (which holds partial values) and splits D over A.
 template <class D, class A, class T, class S, class L, class M>
-auto reduce_scatter(const tensor<T, S, L, M>& x, reduce_op op = reduce_op::sum) {
-  using in_t = tensor<T, S, L, M>;
-  static_assert(detail::check_can_split<D, A, in_t>());
-  using out_t = tensor<T, S, canonical<S, detail::split_layout<D, A, S, L, M>>, M>;
-  out_t out(x.mesh(), x.shape());
-  if (x.holds_data()) {
-    group g = x.mesh().template group_along<A>(x.device());
-    backend::storage<T> packed(x.local().size());
-    detail::blocks_along(x.local().data(), backend::view(packed).data(), x.local_extent(), S::template index_of<D>,
-                         g.size(), /*unpack=*/false);
-    this_device().reduce_scatter(g, std::span<const T>(backend::view(packed)), out.local(), op);
+allsplit_t<D, A, T, S, L, M> reduce_scatter(const tensor<T, S, L, M>& x, reduce_op op = reduce_op::sum) {
+  using out_t = allsplit_t<D, A, T, S, L, M>;
+  if constexpr (!collectives_detail::check_can_split<D, A, tensor<T, S, L, M>>()) {
+    return diagnostic::after_failure<out_t>();
+  } else {
+    out_t out(x.mesh(), x.shape());
+    if (x.holds_data()) {
+      group g = x.mesh().template group_along<A>(x.device());
+      backend::storage<T> packed(x.local().size());
+      collectives_detail::blocks_along(x.local().data(), backend::view(packed).data(), x.local_extent(),
+                                       S::template index_of<D>, g.size(), /*unpack=*/false);
+      this_device().reduce_scatter(g, std::span<const T>(backend::view(packed)), out.local(), op);
+    }
+    return out;
   }
-  if (op != reduce_op::sum) return out;
-  // Gradient: an allgather of the parts.
-  return record(std::move(out), "reduce_scatter", gradient_of(x, [](const out_t& dy) { return typemesh::allconcat<D>(dy); }));
 }
 
 // From split over an axis, To whole -> To split over that axis, From whole.
 template <class From, class To, class T, class S, class L, class M>
 alltoall_t<From, To, T, S, L, M> alltoall(const tensor<T, S, L, M>& x) {
-  using in_t = tensor<T, S, L, M>;
-  static_assert(detail::check_dim_in_shape<From, in_t>() && detail::check_dim_in_shape<To, in_t>() &&
-                detail::check_split<From, in_t>() && detail::check_whole<To, in_t>());
-  // A placeholder axis when From is whole keeps the failed check the only error.
-  using A = std::conditional_t<L::template splits<From>, typename L::template axis_of<From>, detail::no_axis>;
-  using out_t = tensor<T, S, canonical<S, typename L::template without<From>::template with<To, A>>, M>;
-  out_t out(x.mesh(), x.shape());
-  if constexpr (L::template splits<From>) {
+  using out_t = alltoall_t<From, To, T, S, L, M>;
+  if constexpr (!collectives_detail::alltoall_ok<From, To, tensor<T, S, L, M>>()) {
+    return diagnostic::after_failure<out_t>();
+  } else {
+    using A = typename L::template axis_of<From>;
+    out_t out(x.mesh(), x.shape());
     if (x.holds_data()) {
       group g = x.mesh().template group_along<A>(x.device());
       backend::storage<T> packed(x.local().size()), received(x.local().size());
-      detail::blocks_along(x.local().data(), backend::view(packed).data(), x.local_extent(), S::template index_of<To>,
-                           g.size(), /*unpack=*/false);
+      collectives_detail::blocks_along(x.local().data(), backend::view(packed).data(), x.local_extent(),
+                                       S::template index_of<To>, g.size(), /*unpack=*/false);
       this_device().alltoall(g, std::span<const T>(backend::view(packed)), backend::view(received));
-      detail::blocks_along(backend::view(received).data(), out.local().data(), out.local_extent(),
-                           S::template index_of<From>, g.size(), /*unpack=*/true);
+      collectives_detail::blocks_along(backend::view(received).data(), out.local().data(), out.local_extent(),
+                                       S::template index_of<From>, g.size(), /*unpack=*/true);
     }
-    // Gradient: the alltoall back.
-    return record(std::move(out), "alltoall", gradient_of(x, [](const out_t& dy) { return typemesh::alltoall<To, From>(dy); }));
-  } else {
     return out;
   }
 }
+
+}  // namespace raw
 
 }  // namespace typemesh

@@ -19,9 +19,9 @@ namespace detail {
 
 template <class D, class LA, class LB>
 consteval bool check_same_axis() {
-  return sizeof(diagnostic::conflicting_layouts<D, LA, LB,
+  return diagnostic::conflicting_layouts<D, LA, LB,
                                                 !std::is_same_v<typename LA::template axis_of<D>,
-                                                                typename LB::template axis_of<D>>>);
+                                                                typename LB::template axis_of<D>>>::passed;
 }
 
 template <class A, class B>
@@ -30,8 +30,8 @@ struct same_placement;
 template <class TA, class TB, class... Dims, class SB, class LA, class LB, class MA, class MB>
 struct same_placement<tensor<TA, shape<Dims...>, LA, MA>, tensor<TB, SB, LB, MB>> {
   static constexpr bool value =
-      sizeof(diagnostic::different_meshes<MA, MB, !std::is_same_v<MA, MB>>) &&
-      sizeof(diagnostic::different_shapes<shape<Dims...>, SB, !std::is_same_v<shape<Dims...>, SB>>) &&
+      diagnostic::different_meshes<MA, MB, !std::is_same_v<MA, MB>>::passed &&
+      diagnostic::different_shapes<shape<Dims...>, SB, !std::is_same_v<shape<Dims...>, SB>>::passed &&
       (check_same_axis<Dims, LA, LB>() && ...);
 };
 
@@ -61,12 +61,15 @@ auto map(const tensor<T, S, L, M>& x, F f) {
 // f applied to every pair of elements of a and b.
 template <class TA, class SA, class LA, class MA, class TB, class SB, class LB, class MB, class F>
 auto zip(const tensor<TA, SA, LA, MA>& a, const tensor<TB, SB, LB, MB>& b, F f) {
-  static_assert(detail::same_placement<tensor<TA, SA, LA, MA>, tensor<TB, SB, LB, MB>>::value);
   using U = std::decay_t<std::invoke_result_t<F&, TA, TB>>;
-  if constexpr (std::is_same_v<MA, MB> && std::is_same_v<SA, SB>) detail::check_same_values(a, b);
-  tensor<U, SA, LA, MA> out(a.mesh(), a.shape());
-  backend::zip(a.storage(), b.storage(), out.storage(), f);
-  return out;
+  if constexpr (!detail::same_placement<tensor<TA, SA, LA, MA>, tensor<TB, SB, LB, MB>>::value) {
+    return diagnostic::after_failure<tensor<U, SA, LA, MA>>();
+  } else {
+    detail::check_same_values(a, b);
+    tensor<U, SA, LA, MA> out(a.mesh(), a.shape());
+    backend::zip(a.storage(), b.storage(), out.storage(), f);
+    return out;
+  }
 }
 
 template <class T>

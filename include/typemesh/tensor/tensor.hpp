@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "typemesh/autodiff/node.hpp"
+#include "typemesh/tensor/tape_node.hpp"
 #include "typemesh/backend/kernels.hpp"
 #include "typemesh/backend/storage.hpp"
 #include "typemesh/core/error.hpp"

@@ -1,4 +1,6 @@
-// Reverse-mode autodiff, the type-erased part: every tensor that needs a
+// Reverse-mode autodiff, the type-erased part that a tensor holds (the rest
+// of autodiff, recording and backward, is in autodiff/ above the tensor
+// layer): every tensor that needs a
 // gradient points at a node; an operation on such tensors records a node for
 // its result with one gradient function per input. The nodes of one device
 // form its tape: each node has a sequence number on that device's thread, and
@@ -39,7 +41,9 @@ struct node {
   bool is_leaf() const { return edges.empty(); }
 };
 
-namespace detail {
+}  // namespace typemesh::autodiff
+
+namespace typemesh::autodiff_detail {
 inline std::uint64_t& counter() {
   thread_local std::uint64_t n = 0;
   return n;
@@ -48,17 +52,19 @@ inline int& paused() {
   thread_local int depth = 0;
   return depth;
 }
-}  // namespace detail
+}  // namespace typemesh::autodiff_detail
+
+namespace typemesh::autodiff {
 
 inline std::shared_ptr<node> make_node(std::string what) {
   auto n = std::make_shared<node>();
-  n->order = ++detail::counter();
+  n->order = ++autodiff_detail::counter();
   n->what = std::move(what);
   return n;
 }
 
 // Whether operations record nodes now (false inside a no_grad scope).
-inline bool recording() { return detail::paused() == 0; }
+inline bool recording() { return autodiff_detail::paused() == 0; }
 
 }  // namespace typemesh::autodiff
 
@@ -68,8 +74,8 @@ namespace typemesh {
 // steps and the backward pass itself.
 class no_grad {
  public:
-  no_grad() { ++autodiff::detail::paused(); }
-  ~no_grad() { --autodiff::detail::paused(); }
+  no_grad() { ++autodiff_detail::paused(); }
+  ~no_grad() { --autodiff_detail::paused(); }
   no_grad(const no_grad&) = delete;
   no_grad& operator=(const no_grad&) = delete;
 };
