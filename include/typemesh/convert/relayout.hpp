@@ -14,7 +14,7 @@
 #include <type_traits>
 
 #include "typemesh/convert/transfer.hpp"
-#include "typemesh/tensor/collectives.hpp"
+#include "typemesh/ops/collectives.hpp"
 #include "typemesh/tensor/tensor.hpp"
 
 namespace typemesh {

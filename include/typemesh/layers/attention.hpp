@@ -43,7 +43,7 @@ tensor<T, S, L, M> softmax(const tensor<T, S, L, M>& x) {
   static_assert(sizeof(diagnostic::dim_not_in_shape<D, S, !S::template has<D>>),
                 "typemesh: softmax<D> normalises over a dim that x does not have");
   using t = tensor<T, S, L, M>;
-  using R = typename ops_detail::shape_without<S, D>::type;  // one value per row
+  using R = shape_without<S, D>;  // one value per row
   using RL = canonical<R, L>;
   const R rows = ops_detail::reduced_sizes<S, D>(x.shape());
   const auto largest = ops_detail::reduce_to<R, RL>(x, rows, reduce_op::max);
