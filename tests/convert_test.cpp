@@ -5,7 +5,9 @@
 // every error path.
 #include <algorithm>
 #include <numeric>
+#include <chrono>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "support.hpp"
@@ -373,4 +375,122 @@ TEST(Relayout, EachRouteKeepsValuesAtMinimumTraffic) {
     check(ex, 512 / 8 * 3 / 4);
   });
 }
+}  // namespace
+
+// --- Transfers cannot be confused -----------------------------------------------
+namespace {
+using namespace tt;
+using typemesh::device;
+using typemesh::launch;
+using typemesh::layout;
+using S3 = typemesh::shape<d0, d1, d2>;
+using M1 = typemesh::mesh<"one", a0>;
+using M2 = typemesh::mesh<"two", a0>;
+
+typemesh::host_tensor<float, S3> counting(const S3& s, float from) {
+  typemesh::host_tensor<float, S3> h(s);
+  std::iota(h.values().begin(), h.values().end(), from);
+  return h;
+}
+
+// A target device skips a replace_mesh: its next replace_mesh must not take
+// the skipped one's message (it used to, silently, with the wrong values).
+TEST(Identity, ASkippedReplaceMeshIsNamedNotTakenByTheNext) {
+  const auto h = counting(S3{4, 2, 2}, 0), g = counting(S3{4, 2, 2}, 1000);
+  expect_error<typemesh::collective_error>(
+      [&] {
+        launch(4, [&](device& dev) {
+          M1 from({2}, {0, 1});
+          M2 to({2}, {2, 3});
+          auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
+          auto y = typemesh::import_tensor<layout<d1(a0)>>(from, g);
+          if (dev.id() != 3) (void)typemesh::replace_mesh<layout<d0(a0)>>(x, to);  // device 3 skips this one
+          auto z = typemesh::replace_mesh<layout<d1(a0)>>(y, to);
+          if (to.contains(dev.id())) expect_local(z, [&](auto i) { return g[i]; });
+        });
+      },
+      {"replace_mesh from mesh 'one'", "to mesh 'two'", "dims [d0=4 d1=2 d2=2]", "layout",
+       "belongs to replace_mesh from mesh 'one'", "skipped a transfer"});
+}
+
+// A skipped replace_mesh that nothing follows is reported when the program ends.
+TEST(Identity, ALeftoverTransferMessageIsReportedAtTheEnd) {
+  const auto h = counting(S3{4, 2, 2}, 0);
+  expect_error<typemesh::collective_error>(
+      [&] {
+        launch(4, [&](device& dev) {
+          M1 from({2}, {0, 1});
+          M2 to({2}, {2, 3});
+          auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
+          if (dev.id() != 2) (void)typemesh::replace_mesh<layout<d0(a0)>>(x, to);
+        });
+      },
+      {"ended with messages nobody received", "of replace_mesh from mesh 'one'", "which device 2 never received"});
+}
+
+// A source device skips it: the receivers' wait names the replace_mesh, and
+// since the source has returned, they say so at once.
+TEST(Identity, AMissingTransferMessageNamesTheReplaceMesh) {
+  const auto h = counting(S3{4, 2, 2}, 0);
+  const auto start = std::chrono::steady_clock::now();
+  expect_error<typemesh::collective_error>(
+      [&] {
+        launch(4, [&](device& dev) {
+          M1 from({2}, {0, 1});
+          M2 to({2}, {2, 3});
+          auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
+          if (dev.id() != 0) (void)typemesh::replace_mesh<layout<d0(a0)>>(x, to);
+        });
+      },
+      {"replace_mesh from mesh 'one'", "to mesh 'two'", "device 0 has already finished"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+
+  using namespace std::chrono_literals;
+  expect_error<typemesh::timeout_error>(
+      [&] {
+        launch({.devices = 4, .timeout = 150ms}, [&](device& dev) {
+          M1 from({2}, {0, 1});
+          M2 to({2}, {2, 3});
+          auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
+          if (dev.id() != 0) (void)typemesh::replace_mesh<layout<d0(a0)>>(x, to);
+          else std::this_thread::sleep_for(400ms);  // still running, never sends
+        });
+      },
+      {"replace_mesh from mesh 'one'", "dims [d0=4 d1=2 d2=2]", "timed out after 150 ms"});
+}
+
+// Errors inside a relayout lead with the relayout; the original message stays.
+TEST(Identity, ErrorsInsideARelayoutNameIt) {
+  const auto h = counting(S3{4, 2, 2}, 0);
+  using namespace std::chrono_literals;
+  expect_error<typemesh::timeout_error>(
+      [&] {
+        launch({.devices = 2, .timeout = 150ms}, [&](device& dev) {
+          typemesh::mesh<"m", a0, a1> m({2, 1});
+          auto x = typemesh::import_tensor<layout<d0(a0), d1(a1)>>(m, h);
+          if (dev.id() == 1) std::this_thread::sleep_for(400ms);  // never joins
+          else (void)typemesh::relayout<layout<d0(a1), d1(a0)>>(x);
+        });
+      },
+      {"relayout of dims [d0=4 d1=2 d2=2] on mesh 'm'", "from layout", "timed out after 150 ms"});
+}
+
+// The same replace_mesh and its way back, again and again: every message
+// is taken by its own call.
+TEST(Identity, RepeatedTransfersKeepTheirOrder) {
+  const auto h = counting(S3{4, 2, 2}, 0), g = counting(S3{4, 2, 2}, 100);
+  launch(4, [&](device&) {
+    M1 from({2}, {0, 1});
+    M2 to({2}, {2, 3});
+    for (int rep = 0; rep < 3; ++rep) {
+      auto x = typemesh::import_tensor<layout<d0(a0)>>(from, rep % 2 ? g : h);
+      auto y = typemesh::replace_mesh<layout<d1(a0)>>(x, to);
+      auto back = typemesh::replace_mesh<layout<d0(a0)>>(y, from);
+      auto there = typemesh::export_tensor(y), here = typemesh::export_tensor(back);
+      if (to.contains(typemesh::this_device().id())) EXPECT_EQ(there, rep % 2 ? g : h);
+      if (from.contains(typemesh::this_device().id())) EXPECT_EQ(here, rep % 2 ? g : h);
+    }
+  });
+}
+
 }  // namespace

@@ -4,6 +4,11 @@
 #include <chrono>
 #include <cstdint>
 #include <numeric>
+#include <thread>
+#include <atomic>
+#include <fstream>
+#include <string>
+#include <sys/resource.h>
 #include <vector>
 
 #include "support.hpp"
@@ -204,7 +209,10 @@ TEST(Failures, AMissingMemberTimesOutNamingCollectiveGroupAndDevice) {
   expect_error<typemesh::timeout_error>(
       [] {
         launch({.devices = 4, .timeout = 200ms}, [](device& dev) {
-          if (dev.id() == 3) return;  // never joins
+          if (dev.id() == 3) {  // never joins, and is still running when the others give up
+            std::this_thread::sleep_for(400ms);
+            return;
+          }
           std::vector<float> v(4, 1.0f);
           dev.allreduce<float>(group{{0, 1, 2, 3}, "mesh 'm' along {a0}"}, v);
         });
@@ -303,10 +311,10 @@ TEST(Failures, RecvThatNeverArrivesTimesOut) {
       [] {
         launch({.devices = 2, .timeout = 100ms}, [](device& dev) {
           std::vector<float> v(1);
-          if (dev.id() == 1) dev.recv<float>(0, v, 9);
+          dev.recv<float>(1 - dev.id(), v, 9);  // each waits for the other
         });
       },
-      {"recv on device 1 from device 0 (tag 9) timed out after 100 ms"});
+      {"from device", "(tag 9) timed out after 100 ms"});
 }
 
 TEST(Failures, NoDeviceOutsideLaunchAndNoEmptyRun) {
@@ -319,6 +327,232 @@ TEST(Launch, ResultsAreIndexedByDevice) {
   EXPECT_EQ(ids, (std::vector<int>{0, 6, 12, 18, 24, 30}));
   auto same = launch(3, [] { return typemesh::this_device().id(); });
   EXPECT_EQ(same, (std::vector<int>{0, 1, 2}));
+}
+
+// --- Giving up safely: no member reads a buffer that is gone -----------------
+
+// Device 3 arrives after the others have timed out and freed their buffers.
+// It must fail (stopped or timed out), never complete the meeting and read
+// them (a use-after-free found with ASan, a crash in release builds).
+TEST(Abort, ALateArrivalFailsInsteadOfReadingFreedBuffers) {
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<std::string> seen(4);
+    expect_error<typemesh::timeout_error>(
+        [&] {
+          launch({.devices = 4, .timeout = 200ms}, [&](device& dev) {
+            if (dev.id() == 3) std::this_thread::sleep_for(230ms);
+            std::vector<float> v(64 * 1024, 1.0f);  // 256 KiB
+            try {
+              dev.allreduce<float>(group{{0, 1, 2, 3}, "all"}, v);
+              seen[dev.id()] = "completed";
+            } catch (const typemesh::aborted_error& e) {
+              seen[dev.id()] = "aborted";
+              throw;
+            } catch (const typemesh::timeout_error& e) {
+              seen[dev.id()] = "timeout";
+              throw;
+            }
+          });
+        },
+        {"allreduce over group [0 1 2 3]", "timed out after 200 ms", "devices [3] never arrived"});
+    // Whoever gives up first times out; the rest stop or time out; nobody completes.
+    EXPECT_EQ(std::count(seen.begin(), seen.begin() + 3, "timeout") >= 1, true);
+    for (int d = 0; d < 4; ++d) EXPECT_TRUE(seen[d] == "aborted" || seen[d] == "timeout") << d << ": " << seen[d];
+  }
+}
+
+// A device fails while the members of another group are inside their
+// allreduce: each member stops, but only once no peer reads its buffers.
+TEST(Abort, AFailureElsewhereStopsAGroupMidCollectiveSafely) {
+  for (int rep = 0; rep < 6; ++rep) {
+    std::vector<int> completed(3, 0);
+    try {
+      launch(3, [&](device& dev) {
+        if (dev.id() == 2) {
+          std::this_thread::sleep_for(std::chrono::microseconds(200 * rep));
+          throw std::runtime_error("device 2 gives up");
+        }
+        for (int i = 0; i < 50; ++i) {
+          std::vector<double> v(1 << 15, dev.id() + 1.0);
+          dev.allreduce<double>(group{{0, 1}, "pair"}, v);
+          ASSERT_EQ(v[12345], 3.0);
+          ++completed[dev.id()];
+        }
+      });
+      ADD_FAILURE() << "no exception";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "device 2 gives up");
+    }
+  }
+}
+
+TEST(Abort, ALaterCollectiveOnAGroupThatGaveUpFailsAtOnce) {
+  launch({.devices = 2, .timeout = 100ms}, [](device& dev) {
+    std::vector<float> v(8, 1.0f);
+    group pair{{0, 1}, "pair"};
+    if (dev.id() == 1) {
+      std::this_thread::sleep_for(250ms);
+    } else {
+      expect_error<typemesh::timeout_error>([&] { dev.allreduce<float>(pair, v); }, {"devices [1] never arrived"});
+    }
+    // Device 1 arrives late; device 0 tries again: both are refused, neither reads the other.
+    expect_error<typemesh::timeout_error>([&] { dev.allreduce<float>(pair, v); },
+                                          {"cannot complete: the group gave up", "timed out after 100 ms"});
+  });
+}
+
+// --- A device that has returned is reported at once --------------------------
+
+TEST(Finished, ACollectiveWithADeviceThatHasReturnedFailsAtOnce) {
+  const auto start = std::chrono::steady_clock::now();
+  expect_error<typemesh::collective_error>(
+      [] {
+        launch(4, [](device& dev) {  // the default timeout: a minute
+          if (dev.id() == 3) return;
+          std::vector<float> v(16, 1.0f);
+          dev.allreduce<float>(group{{0, 1, 2, 3}, "all"}, v);
+        });
+      },
+      {"allreduce over group [0 1 2 3] (all)", "device 3 has already finished"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+TEST(Finished, ARecvFromADeviceThatHasReturnedFailsAtOnce) {
+  const auto start = std::chrono::steady_clock::now();
+  expect_error<typemesh::collective_error>(
+      [] {
+        launch(2, [](device& dev) {
+          std::vector<float> v(4);
+          if (dev.id() == 0) dev.send<float>(1, v, 5);  // tag 5, not the 6 device 1 waits for
+          else dev.recv<float>(0, v, 6);
+        });
+      },
+      {"recv on device 1 from device 0 (tag 6)", "device 0 has already finished the program without sending it"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+TEST(Finished, AMessageSentJustBeforeReturningIsStillReceived) {
+  for (int rep = 0; rep < 20; ++rep) {
+    auto got = launch(2, [](device& dev) {
+      std::vector<int> v{7};
+      if (dev.id() == 0) dev.send<int>(1, v, 1);
+      else dev.recv<int>(0, v, 1);
+      return v[0];
+    });
+    EXPECT_EQ(got[1], 7);
+  }
+}
+
+// --- Messages nobody receives ---------------------------------------------------
+
+TEST(Messages, AMessageNobodyReceivesIsReportedAtTheEnd) {
+  expect_error<typemesh::collective_error>(
+      [] {
+        launch(3, [](device& dev) {
+          std::vector<float> v(3);
+          if (dev.id() == 0) dev.send<float>(2, v, 4);
+        });
+      },
+      {"ended with messages nobody received", "device 0 sent device 2 3 f32 (tag 4), which device 2 never received"});
+}
+
+TEST(Messages, NegativeTagsAreRefused) {
+  launch(2, [](device& dev) {
+    std::vector<float> v(1);
+    expect_error<typemesh::device_error>([&] { dev.send<float>(1 - dev.id(), v, -1); }, {"tag -1 is negative"});
+    expect_error<typemesh::device_error>([&] { dev.recv<float>(1 - dev.id(), v, -3); }, {"tag -3 is negative"});
+  });
+}
+
+// A labelled message is taken only by the operation it belongs to.
+TEST(Messages, ALabelledMessageIsNeverTakenByAnotherOperation) {
+  auto got = launch(2, [](device& dev) {
+    std::vector<float> a{1, 2}, b{3, 4}, in(2);
+    if (dev.id() == 0) {
+      dev.send_labelled<float>("first op", 1, a);
+      dev.send_labelled<float>("second op", 1, b);
+      return in;
+    }
+    dev.recv_labelled<float>("first op", 0, in);
+    std::vector<float> second(2);
+    dev.recv_labelled<float>("second op", 0, second);
+    in.insert(in.end(), second.begin(), second.end());
+    return in;
+  });
+  EXPECT_EQ(got[1], (std::vector<float>{1, 2, 3, 4}));
+
+  // Device 1 skips "first op": its "second op" finds first op's message and says so.
+  expect_error<typemesh::collective_error>(
+      [] {
+        launch(2, [](device& dev) {
+          std::vector<float> a{1, 2}, in(2);
+          if (dev.id() == 0) {
+            dev.send_labelled<float>("first op", 1, a);
+            dev.send_labelled<float>("second op", 1, a);
+          } else {
+            dev.recv_labelled<float>("second op", 0, in);
+          }
+        });
+      },
+      {"device 1 expects its labelled message 0 from device 0 to belong to second op",
+       "device 0's message 0 belongs to first op", "skipped a transfer"});
+
+  // A labelled message left over names its operation.
+  expect_error<typemesh::collective_error>(
+      [] {
+        launch(2, [](device& dev) {
+          std::vector<double> a(5);
+          if (dev.id() == 0) dev.send_labelled<double>("the only op", 1, a);
+        });
+      },
+      {"device 0 sent device 1 5 f64 of the only op (its labelled message 0 to device 1)", "never received"});
+}
+
+// --- Launch cleans up when a thread cannot start ----------------------------------
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TYPEMESH_TEST_UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TYPEMESH_TEST_UNDER_SANITIZER 1
+#endif
+#endif
+
+TEST(Launch, AThreadThatCannotStartIsAnErrorNotATermination) {
+#ifdef TYPEMESH_TEST_UNDER_SANITIZER
+  GTEST_SKIP() << "sanitizers reserve address space, so the limit below cannot be set";
+#else
+  // Room for a few thread stacks (8 MiB each by default) but not for 64.
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  long vm_kib = -1;
+  while (std::getline(status, line))
+    if (line.rfind("VmSize:", 0) == 0) vm_kib = std::stol(line.substr(7));
+  ASSERT_GT(vm_kib, 0);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
+  rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(vm_kib + 64 * 1024) * 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &tight), 0);
+  std::string what;
+  std::atomic<int> started{0};
+  try {
+    launch(64, [&](device& dev) {
+      ++started;
+      std::vector<int> all(64);
+      std::iota(all.begin(), all.end(), 0);
+      dev.barrier(group{all, "all"});  // waits for devices that never start: the failure stops it
+    });
+  } catch (const typemesh::device_error& e) {
+    what = e.what();
+  } catch (const std::exception& e) {
+    what = std::string("wrong exception: ") + e.what();
+  }
+  setrlimit(RLIMIT_AS, &old);
+  EXPECT_NE(what.find("could not start the thread of device"), std::string::npos) << what;
+  EXPECT_NE(what.find("of 64"), std::string::npos) << what;
+  EXPECT_LT(started.load(), 64);
+#endif
 }
 
 }  // namespace

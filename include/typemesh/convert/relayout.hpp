@@ -73,8 +73,9 @@ struct relayout_route<shape<Dims...>, From, To> {
 
 }  // namespace detail
 
-template <class NewLayout, class T, class S, class L, class M>
-tensor<T, S, NewLayout, M> relayout(const tensor<T, S, L, M>& x) {
+namespace detail {
+template <class NewLayout, class T, class S, class L, class M, class What>
+tensor<T, S, NewLayout, M> relayout_as(const tensor<T, S, L, M>& x, const What& what) {
   using route = detail::relayout_route<S, L, NewLayout>;
   if constexpr (route::template is_target<L>) {
     return tensor<T, S, L, M>(x);  // the same placement: nothing moves
@@ -87,7 +88,23 @@ tensor<T, S, NewLayout, M> relayout(const tensor<T, S, L, M>& x) {
     using D = typename route::exchange_dim;
     return alltoall<D, typename route::template exchange_partner<D>>(x);
   } else {
-    return transfer<NewLayout>(x, x.mesh());
+    return transfer_as<NewLayout>(what(), x, x.mesh());
+  }
+}
+}  // namespace detail
+
+// Errors raised inside lead with "relayout of dims [..] on mesh '..' from
+// layout A to layout B".
+template <class NewLayout, class T, class S, class L, class M>
+tensor<T, S, NewLayout, M> relayout(const tensor<T, S, L, M>& x) {
+  const auto what = [&] {
+    return detail::cat("relayout of dims ", x.shape().describe(), " on ", x.mesh().describe(), " from layout ",
+                       L::describe(), " to ", NewLayout::describe());
+  };
+  try {
+    return detail::relayout_as<NewLayout>(x, what);
+  } catch (...) {
+    detail::rethrow_within(what());
   }
 }
 

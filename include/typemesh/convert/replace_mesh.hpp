@@ -228,7 +228,7 @@ tensor<T, S, NewLayout, M2> replace_mesh(const tensor<T, S, L, M>& x, const M2& 
     static_assert(Kind::template check_types<in_t, out_t>());
   }
   Kind::template check<out_t>(x, to);
-  return transfer<NewLayout>(x, to);
+  return detail::transfer_as<NewLayout>(detail::transfer_description<NewLayout>("replace_mesh", x, to), x, to);
 }
 
 }  // namespace typemesh

@@ -1,6 +1,13 @@
 // Carrying out a transfer plan: each device packs what it sends to each peer
 // into one message, copies what it keeps, and unpacks what it receives. Sends
 // are buffered, so no order of devices can deadlock.
+//
+// Every message is labelled with the transfer's description (the operation,
+// both meshes, the dims and both layouts) and its place in the stream between
+// the two devices, so a receiver never takes another transfer's message: a
+// skipped or reordered transfer is an error naming both, and a message left
+// over at the end of the program is reported by launch. Errors raised inside
+// a transfer lead with its description.
 #pragma once
 
 #include <cstddef>
@@ -18,9 +25,6 @@
 namespace typemesh {
 
 namespace detail {
-
-// Messages of transfers use their own tag, apart from a program's own sends.
-inline constexpr int transfer_tag = 0x7e5f;
 
 // A local slice: its storage and where it sits in the global index space.
 template <class T, std::size_t Rank>
@@ -50,7 +54,8 @@ struct local_slice {
 // Moves the pieces of `plan` from `in` (this device's source slice) into
 // `out` (its target slice). Compiled once per element type and rank.
 template <class T, std::size_t Rank>
-void run_transfer(const transfer_plan<Rank>& plan, local_slice<const T, Rank> in, local_slice<T, Rank> out) {
+void run_transfer(const std::string& what, const transfer_plan<Rank>& plan, local_slice<const T, Rank> in,
+                  local_slice<T, Rank> out) {
   device& dev = this_device();
   const int me = dev.id();
   auto packed = [](const box<Rank>& b) { return backend::region<Rank>{b.extent, {}}; };
@@ -70,7 +75,7 @@ void run_transfer(const transfer_plan<Rank>& plan, local_slice<const T, Rank> in
   // piece that is contiguous in the slice goes without staging.
   for (const auto& [peer, pieces] : to_send) {
     if (std::int64_t at = pieces.size() == 1 ? in.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
-      dev.send(peer, std::span<const T>(in.data + at, pieces[0]->region.elements()), transfer_tag);
+      dev.send_labelled(what, peer, std::span<const T>(in.data + at, pieces[0]->region.elements()));
       continue;
     }
     backend::scratch<std::remove_const_t<T>> message(total(pieces));
@@ -79,7 +84,7 @@ void run_transfer(const transfer_plan<Rank>& plan, local_slice<const T, Rank> in
       backend::copy_box(in.data, in.region_of(p->region), at, packed(p->region), p->region.extent);
       at += p->region.elements();
     }
-    dev.send(peer, std::span<const T>(message.data(), message.size()), transfer_tag);
+    dev.send_labelled(what, peer, std::span<const T>(message.data(), message.size()));
   }
 
   // What this device keeps.
@@ -92,11 +97,11 @@ void run_transfer(const transfer_plan<Rank>& plan, local_slice<const T, Rank> in
   // Incoming, in the senders' order; unstaged when contiguous, as above.
   for (const auto& [peer, pieces] : to_receive) {
     if (std::int64_t at = pieces.size() == 1 ? out.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
-      dev.recv(peer, std::span<T>(out.data + at, pieces[0]->region.elements()), transfer_tag);
+      dev.recv_labelled(what, peer, std::span<T>(out.data + at, pieces[0]->region.elements()));
       continue;
     }
     backend::scratch<T> message(total(pieces));
-    dev.recv(peer, std::span<T>(message.data(), message.size()), transfer_tag);
+    dev.recv_labelled(what, peer, std::span<T>(message.data(), message.size()));
     const T* at = message.data();
     for (auto* p : pieces) {
       backend::copy_box(at, packed(p->region), out.data, out.region_of(p->region), p->region.extent);
@@ -105,37 +110,57 @@ void run_transfer(const transfer_plan<Rank>& plan, local_slice<const T, Rank> in
   }
 }
 
-}  // namespace detail
+// "replace_mesh from mesh 'a' [4] on devices [0 1 2 3] to mesh 'b' [2] on
+// devices [4 5], dims [batch=8 k=4], layout {...} to {...}": what a transfer's
+// messages and errors name it by.
+template <class NewLayout, class X, class M2>
+std::string transfer_description(std::string_view op, const X& x, const M2& to) {
+  return cat(op, " from ", x.mesh().describe(), " to ", to.describe(), ", dims ", x.shape().describe(), ", layout ",
+             X::layout_type::describe(), " to ", NewLayout::describe());
+}
 
 template <class NewLayout, class T, class S, class L, class M, class M2>
-tensor<T, S, NewLayout, M2> transfer(const tensor<T, S, L, M>& x, const M2& to);
+tensor<T, S, NewLayout, M2> transfer_as(const std::string& what, const tensor<T, S, L, M>& x, const M2& to);
 
-namespace detail {
 // Records a transfer's gradient: the reverse transfer.
 template <class Out, class In>
-Out with_gradient(Out out, const In& x) {
+Out with_gradient(Out out, const In& x, const std::string& what) {
   using in_layout = typename In::layout_type;
-  return record(std::move(out), "transfer", gradient_of(x, [from = x.mesh()](const Out& dy) {
-                  return typemesh::transfer<in_layout>(dy, from);
+  return record(std::move(out), "transfer",
+                gradient_of(x, [from = x.mesh(), op = cat("the gradient of ", what)](const Out& dy) {
+                  return transfer_as<in_layout>(transfer_description<in_layout>(op, dy, from), dy, from);
                 }));
 }
+
+// x re-placed by NewLayout on mesh `to`, as the operation `what` (its
+// description): each device receives only what it lacks. Devices outside
+// both meshes do nothing.
+template <class NewLayout, class T, class S, class L, class M, class M2>
+tensor<T, S, NewLayout, M2> transfer_as(const std::string& what, const tensor<T, S, L, M>& x, const M2& to) {
+  using in_t = tensor<T, S, L, M>;
+  using out_t = tensor<T, S, NewLayout, M2>;
+  constexpr std::size_t rank = S::rank;
+  try {
+    out_t out(to, x.shape());
+    const int me = x.device();
+    if (!x.mesh().contains(me) && !to.contains(me)) return with_gradient(std::move(out), x, what);
+    const auto plan = make_transfer_plan<rank>(x.shape().sizes(),
+                                               runtime_placement<rank>::template of<typename in_t::geometry>(x.mesh()),
+                                               runtime_placement<rank>::template of<typename out_t::geometry>(to));
+    run_transfer<T, rank>(what, plan, {x.local().data(), x.slice()}, {out.local().data(), out.slice()});
+    return with_gradient(std::move(out), x, what);
+  } catch (...) {
+    rethrow_within(what);
+  }
+}
+
 }  // namespace detail
 
 // x re-placed by NewLayout on mesh `to`: each device receives only what it
 // lacks. Devices outside both meshes do nothing.
 template <class NewLayout, class T, class S, class L, class M, class M2>
 tensor<T, S, NewLayout, M2> transfer(const tensor<T, S, L, M>& x, const M2& to) {
-  using in_t = tensor<T, S, L, M>;
-  using out_t = tensor<T, S, NewLayout, M2>;
-  constexpr std::size_t rank = S::rank;
-  out_t out(to, x.shape());
-  const int me = x.device();
-  if (!x.mesh().contains(me) && !to.contains(me)) return detail::with_gradient(std::move(out), x);
-  const auto plan = make_transfer_plan<rank>(x.shape().sizes(),
-                                             runtime_placement<rank>::template of<typename in_t::geometry>(x.mesh()),
-                                             runtime_placement<rank>::template of<typename out_t::geometry>(to));
-  detail::run_transfer<T, rank>(plan, {x.local().data(), x.slice()}, {out.local().data(), out.slice()});
-  return detail::with_gradient(std::move(out), x);
+  return detail::transfer_as<NewLayout>(detail::transfer_description<NewLayout>("transfer", x, to), x, to);
 }
 
 }  // namespace typemesh

@@ -13,11 +13,15 @@
 #include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
+#include <array>
+#include <string_view>
 
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/group.hpp"
 #include "typemesh/runtime/communicator.hpp"
 #include "typemesh/runtime/dtype.hpp"
+#include "typemesh/runtime/message_label.hpp"
 #include "typemesh/runtime/traffic.hpp"
 
 namespace typemesh {
@@ -25,7 +29,10 @@ namespace typemesh {
 class device {
  public:
   template <communicator C>
-  explicit device(C comm) : impl_(std::make_unique<model<C>>(std::move(comm))) {}
+  explicit device(C comm)
+      : impl_(std::make_unique<model<C>>(std::move(comm))),
+        labelled_sent_(static_cast<std::size_t>(impl_->device_count())),
+        labelled_received_(static_cast<std::size_t>(impl_->device_count())) {}
 
   int id() const { return impl_->device(); }
   int count() const { return impl_->device_count(); }
@@ -122,12 +129,14 @@ class device {
     impl_->broadcast(g, buffer.data(), buffer.size(), dtype_of<T>, root);
   }
 
-  // Buffered: returns once the data is copied out; the receiver's recv takes it.
+  // Buffered: returns once the data is copied out; the receiver's recv takes
+  // it. Tags are 0 or more; messages with different tags do not mix.
   template <class T>
   void send(int to, std::span<T> data, int tag = 0) {
     using E = std::remove_cv_t<T>;
     check_type<E>();
     peer("send to", to);
+    check_tag(tag);
     count(op_kind::send, data.size() * sizeof(E), 0);
     impl_->send(to, data.data(), data.size(), dtype_of<E>, tag);
   }
@@ -136,8 +145,52 @@ class device {
   void recv(int from, std::span<T> data, int tag = 0) {
     check_type<T>();
     peer("recv from", from);
+    check_tag(tag);
     count(op_kind::recv, 0, data.size() * sizeof(T));
     impl_->recv(from, data.data(), data.size(), dtype_of<T>, tag);
+  }
+
+  // A message of the operation `what` (its full description, the same on
+  // both sides): it carries a label with that description and its place in
+  // the stream from this sender, apart from tagged messages. The receiver
+  // takes only its own operation's message: another operation's, or one out
+  // of order, is an error naming both (a device skipped a transfer or ran
+  // them in another order).
+  template <class T>
+  void send_labelled(std::string_view what, int to, std::span<T> data) {
+    using E = std::remove_cv_t<T>;
+    check_type<E>();
+    peer("send to", to);
+    detail::message_label label{detail::message_label::identity_of(what), labelled_sent_[to], data.size(), dtype_of<E>,
+                                std::string(what)};
+    const auto bytes = label.encode();
+    impl_->send(to, bytes.data(), bytes.size(), dtype::u8, detail::labelled_tag);
+    ++labelled_sent_[to];
+    count(op_kind::send, data.size() * sizeof(E), 0);
+    impl_->send(to, data.data(), data.size(), dtype_of<E>, detail::labelled_tag);
+  }
+
+  template <class T>
+  void recv_labelled(std::string_view what, int from, std::span<T> data) {
+    check_type<T>();
+    peer("recv from", from);
+    std::array<std::uint8_t, detail::message_label::bytes> bytes;
+    impl_->recv(from, bytes.data(), bytes.size(), dtype::u8, detail::labelled_tag);
+    const auto label = detail::message_label::decode(bytes.data());
+    const std::uint64_t expected = labelled_received_[from]++;
+    if (label.identity != detail::message_label::identity_of(what) || label.sequence != expected) {
+      throw collective_error(detail::cat(
+          "device ", id(), " expects its labelled message ", expected, " from device ", from, " to belong to ", what,
+          ", but device ", from, "'s message ", label.sequence, " belongs to ", label.what,
+          ": a device skipped a transfer, or the devices ran their transfers in different orders"));
+    }
+    if (label.count != data.size() || label.type != dtype_of<T>) {
+      throw collective_error(detail::cat("device ", id(), " expects ", data.size(), " ", name_of(dtype_of<T>),
+                                         " from device ", from, ", but device ", from, " sent ", label.count, " ",
+                                         name_of(label.type)));
+    }
+    count(op_kind::recv, 0, data.size() * sizeof(T));
+    impl_->recv(from, data.data(), data.size(), dtype_of<T>, detail::labelled_tag);
   }
 
   void barrier(const group& g) {
@@ -229,6 +282,13 @@ class device {
     }
   }
 
+  void check_tag(int tag) const {
+    if (tag < 0) {
+      throw device_error(detail::cat("device ", id(), ": message tag ", tag,
+                                     " is negative; tags are 0 or more (negative tags are typemesh's own)"));
+    }
+  }
+
   static void same_size(const char* what, const group& g, std::size_t in, std::size_t out) {
     if (in != out) {
       throw shape_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, "): input of ", in,
@@ -257,6 +317,8 @@ class device {
 
   std::unique_ptr<interface> impl_;
   typemesh::traffic traffic_;
+  // Labelled messages sent to and received from each device so far.
+  std::vector<std::uint64_t> labelled_sent_, labelled_received_;
 };
 
 namespace detail {

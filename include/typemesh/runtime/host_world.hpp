@@ -8,6 +8,14 @@
 // Nothing waits forever: a wait gives up after the world's timeout with an
 // error naming the collective, the group and the devices that never came, and
 // when any device fails, every waiting device stops with that device's message.
+// A wait for a device that has already returned from the program fails at once.
+//
+// Giving up is safe: a member that leaves a collective early (it timed out,
+// was stopped, or threw) breaks the group's meeting, so no meeting of that
+// group completes any more and a late arrival fails instead of reading the
+// buffers of members that are gone; and before it leaves (and its buffers
+// are freed) it waits until no peer still reads them. Peers read only between
+// two meetings, which takes no waiting, so that wait is short.
 #pragma once
 
 #include <algorithm>
@@ -29,15 +37,15 @@
 #include "typemesh/runtime/communicator.hpp"
 #include "typemesh/runtime/dtype.hpp"
 #include "typemesh/runtime/member_order.hpp"
+#include "typemesh/runtime/message_label.hpp"
 #include "typemesh/runtime/traffic.hpp"
 
 namespace typemesh {
 
 class host_world {
  public:
-  host_world(int devices, std::chrono::milliseconds timeout) : size_(devices), timeout_(timeout) {
-    if (devices < 1) throw device_error(detail::cat("a run needs at least one device, not ", devices));
-  }
+  host_world(int devices, std::chrono::milliseconds timeout) : size_(checked_size(devices)), timeout_(timeout),
+      finished_(static_cast<std::size_t>(size_)) {}
 
   int size() const { return size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
@@ -51,6 +59,16 @@ class host_world {
     }
   }
   bool aborted() const { return aborted_.load(); }
+
+  // Device `device` returned from the program: waiting for it is pointless.
+  void mark_finished(int device) {
+    {
+      std::lock_guard lk(mail_mutex_);  // after every message it posted
+      finished_[device].store(true);
+    }
+    mail_cv_.notify_all();
+  }
+  bool finished(int device) const { return finished_[device].load(); }
 
   [[noreturn]] void throw_aborted(int device, const std::string& where) const {
     std::lock_guard lk(abort_mutex_);
@@ -73,12 +91,19 @@ class host_world {
 
   // The meeting place of one group.
   struct rendezvous {
-    explicit rendezvous(std::size_t members) : arrived(members, 0), calls(members) {}
+    explicit rendezvous(std::size_t members) : arrived(members, 0), reading(members, 0), calls(members) {}
     std::mutex m;
     std::condition_variable cv;
     int waiting = 0;
     std::uint64_t generation = 0;
     std::vector<std::uint64_t> arrived;  // generation + 1 at each member's last arrival
+    // Members past the last meeting of a collective that may read their
+    // peers' buffers until they arrive at the next one.
+    std::vector<char> reading;
+    int readers = 0;
+    // Set when a member gave up: no meeting of the group completes after it.
+    std::string broken;
+    bool broken_by_timeout = false;
     std::vector<call> calls;
   };
 
@@ -89,37 +114,110 @@ class host_world {
     return *r;
   }
 
-  // Waits until every member of g has arrived. `what` names the collective.
-  void arrive_and_wait(rendezvous& r, const group& g, int member, int device, std::string_view what) {
+  // Publishes this member's call (when given) and waits until every member of
+  // g has arrived. `what` names the collective. After a meeting that is not
+  // `closing`, every member may read its peers' published buffers until its
+  // next arrival.
+  void arrive_and_wait(rendezvous& r, const group& g, int member, int device, std::string_view what, bool closing,
+                       const call* publish = nullptr) {
     std::unique_lock lk(r.m);
+    stop_reading(r, member);
+    auto where = [&] { return detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, ")"); };
+    if (!r.broken.empty()) give_up_broken(lk, r, device, where());
+    if (aborted()) {
+      withdraw(lk, r, "stopped because another device failed", false);
+      throw_aborted(device, where());
+    }
+    if (publish) r.calls[member] = *publish;
     const std::uint64_t gen = r.generation;
     r.arrived[member] = gen + 1;
     if (++r.waiting == g.size()) {
       r.waiting = 0;
       ++r.generation;
+      if (!closing) {
+        std::fill(r.reading.begin(), r.reading.end(), 1);
+        r.readers = g.size();
+      }
       lk.unlock();  // waiters re-check the generation under the lock; waking them unlocked saves a second wake-up
       r.cv.notify_all();
       return;
     }
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     while (r.generation == gen) {
+      if (!r.broken.empty()) give_up_broken(lk, r, device, where());
       if (aborted()) {
-        lk.unlock();
-        throw_aborted(device, detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, ")"));
+        withdraw(lk, r, "stopped because another device failed", false);
+        throw_aborted(device, where());
+      }
+      std::vector<int> missing;
+      for (int i = 0; i < g.size(); ++i)
+        if (r.arrived[i] != gen + 1) missing.push_back(g.devices[i]);
+      for (int d : missing) {
+        if (finished(d)) {
+          std::string message = detail::cat(where(), " on device ", device, ": device ", d,
+                                            " has already finished the program without joining it");
+          withdraw(lk, r, message, false);
+          throw collective_error(message);
+        }
       }
       auto now = std::chrono::steady_clock::now();
       if (now >= deadline) {
-        std::vector<int> missing;
-        for (int i = 0; i < g.size(); ++i)
-          if (r.arrived[i] != gen + 1) missing.push_back(g.devices[i]);
-        throw timeout_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, ") on device ",
-                                        device, " timed out after ", timeout_.count(), " ms: devices ",
-                                        detail::list(missing), " never arrived"));
+        std::string message = detail::cat(where(), " on device ", device, " timed out after ", timeout_.count(),
+                                          " ms: devices ", detail::list(missing), " never arrived");
+        withdraw(lk, r, message, true);
+        throw timeout_error(message);
       }
       r.cv.wait_until(lk, std::min(deadline, now + poll_interval));
     }
   }
 
+  // A member leaves a collective it will not finish (it is unwinding): no
+  // meeting of the group completes any more, and it returns once no peer
+  // reads its buffers.
+  void leave(rendezvous& r, int member, int device, std::string_view what) {
+    std::unique_lock lk(r.m);
+    stop_reading(r, member);
+    withdraw(lk, r, detail::cat("device ", device, " left ", what, " on an error"), false);
+  }
+
+ private:
+  static void stop_reading(rendezvous& r, int member) {
+    if (r.reading[member]) {
+      r.reading[member] = 0;
+      if (--r.readers == 0) r.cv.notify_all();
+    }
+  }
+
+  // Breaks the meeting (the first reason stays) and waits, without a
+  // timeout, until no peer reads: their reading takes no waiting.
+  static void withdraw(std::unique_lock<std::mutex>& lk, rendezvous& r, const std::string& reason, bool timed_out) {
+    if (r.broken.empty()) {
+      r.broken = reason;
+      r.broken_by_timeout = timed_out;
+    }
+    r.cv.notify_all();
+    r.cv.wait(lk, [&] { return r.readers == 0; });
+  }
+
+  // A member that finds its group's meeting broken: stopped if the run is
+  // failing, else a timeout or collective error that says why.
+  [[noreturn]] void give_up_broken(std::unique_lock<std::mutex>& lk, rendezvous& r, int device, const std::string& where) {
+    r.cv.wait(lk, [&] { return r.readers == 0; });
+    const std::string reason = r.broken;
+    const bool timed_out = r.broken_by_timeout;
+    lk.unlock();
+    if (aborted()) throw_aborted(device, where);
+    std::string message = detail::cat(where, " on device ", device, " cannot complete: the group gave up (", reason, ")");
+    if (timed_out) throw timeout_error(message);
+    throw collective_error(message);
+  }
+
+  static int checked_size(int devices) {
+    if (devices < 1) throw device_error(detail::cat("a run needs at least one device, not ", devices));
+    return devices;
+  }
+
+ public:
   // Point-to-point messages, buffered at the receiver.
   struct message {
     dtype type{};
@@ -138,6 +236,7 @@ class host_world {
     std::unique_lock lk(mail_mutex_);
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     auto key = std::make_tuple(from, to, tag);
+    auto where = [&] { return detail::cat("recv on device ", to, " from device ", from, " (", detail::describe_tag(tag), ")"); };
     for (;;) {
       auto it = mail_.find(key);
       if (it != mail_.end() && !it->second.empty()) {
@@ -147,15 +246,47 @@ class host_world {
       }
       if (aborted()) {
         lk.unlock();
-        throw_aborted(to, detail::cat("recv from device ", from, " (tag ", tag, ")"));
+        throw_aborted(to, detail::cat("recv from device ", from, " (", detail::describe_tag(tag), ")"));
+      }
+      if (finished(from)) {  // its messages were posted before it finished, under this lock
+        throw collective_error(detail::cat(where(), ": device ", from,
+                                           " has already finished the program without sending it"));
       }
       auto now = std::chrono::steady_clock::now();
       if (now >= deadline) {
-        throw timeout_error(detail::cat("recv on device ", to, " from device ", from, " (tag ", tag,
-                                        ") timed out after ", timeout_.count(), " ms: no message arrived"));
+        throw timeout_error(detail::cat(where(), " timed out after ", timeout_.count(), " ms: no message arrived"));
       }
       mail_cv_.wait_until(lk, std::min(deadline, now + poll_interval));
     }
+  }
+
+  // The messages nobody received, one line each (at most `limit`), once
+  // every device has returned.
+  std::vector<std::string> leftovers(std::size_t limit = 8) const {
+    std::lock_guard lk(mail_mutex_);
+    std::vector<std::string> lines;
+    std::size_t more = 0;
+    for (const auto& [key, queue] : mail_) {
+      const auto [from, to, tag] = key;
+      for (std::size_t i = 0; i < queue.size(); ++i) {
+        const message& m = queue[i];
+        std::string line;
+        if (tag == detail::labelled_tag && m.type == dtype::u8 && m.size == detail::message_label::bytes) {
+          const auto label = detail::message_label::decode(reinterpret_cast<const std::uint8_t*>(m.bytes.get()));
+          line = detail::cat("device ", from, " sent device ", to, " ", label.count, " ", name_of(label.type), " of ",
+                             label.what, " (its labelled message ", label.sequence, " to device ", to,
+                             "), which device ", to, " never received");
+          ++i;  // the data that follows the label
+        } else {
+          line = detail::cat("device ", from, " sent device ", to, " ", m.count, " ", name_of(m.type), " (",
+                             detail::describe_tag(tag), "), which device ", to, " never received");
+        }
+        if (lines.size() < limit) lines.push_back(std::move(line));
+        else ++more;
+      }
+    }
+    if (more) lines.push_back(detail::cat("and ", more, " more"));
+    return lines;
   }
 
  private:
@@ -171,7 +302,9 @@ class host_world {
   std::mutex registry_mutex_;
   std::map<std::vector<int>, std::unique_ptr<rendezvous>> groups_;
 
-  std::mutex mail_mutex_;
+  std::vector<std::atomic<bool>> finished_;
+
+  mutable std::mutex mail_mutex_;
   std::condition_variable mail_cv_;
   std::map<std::tuple<int, int, int>, std::deque<message>> mail_;
 };
@@ -244,7 +377,7 @@ class host_communicator {
     host_world::message msg = world_->take(from, device_, tag);
     if (msg.type != t || msg.count != n) {
       throw collective_error(detail::cat("device ", device_, " expects ", n, " ", name_of(t), " from device ", from,
-                                         " (tag ", tag, "), but the message holds ", msg.count, " ",
+                                         " (", detail::describe_tag(tag), "), but the message holds ", msg.count, " ",
                                          name_of(msg.type)));
     }
     std::memcpy(out, msg.bytes.get(), msg.size);
@@ -254,28 +387,31 @@ class host_communicator {
 
  private:
   // One collective from this member's side: publish, meet, check that every
-  // member called the same thing, and (on leaving) wait until no peer reads
-  // this member's buffers any more.
+  // member called the same thing, and on leaving wait until no peer reads
+  // this member's buffers any more: at the closing meeting, or (when an
+  // error unwinds it) by withdrawing from the group's meeting.
   struct session {
     session(host_communicator& c, const group& grp, host_world::call mine)
-        : comm(c), g(grp), r(c.world_->rendezvous_for(grp)), member(grp.index_of(c.device_)) {
-      {
-        std::lock_guard lk(r.m);
-        r.calls[member] = mine;
-      }
-      wait(name_of(mine.kind));
+        : comm(c), g(grp), r(c.world_->rendezvous_for(grp)), member(grp.index_of(c.device_)), kind(mine.kind) {
+      comm.world_->arrive_and_wait(r, g, member, comm.device_, name_of(kind), false, &mine);
       for (int j = 0; j < g.size(); ++j) {
-        if (!(r.calls[j] == mine)) mismatch();
+        if (!(r.calls[j] == mine)) {
+          comm.world_->leave(r, member, comm.device_, name_of(kind));  // no destructor runs for a failed constructor
+          mismatch();
+        }
       }
     }
-    // The closing meeting is skipped while unwinding: the run is failing then.
     ~session() noexcept(false) {
-      if (std::uncaught_exceptions() == exceptions_at_start) wait(name_of(r.calls[member].kind));
+      if (std::uncaught_exceptions() == exceptions_at_start) {
+        comm.world_->arrive_and_wait(r, g, member, comm.device_, name_of(kind), true);
+      } else {
+        comm.world_->leave(r, member, comm.device_, name_of(kind));
+      }
     }
     session(const session&) = delete;
     session& operator=(const session&) = delete;
 
-    void wait(std::string_view what) { comm.world_->arrive_and_wait(r, g, member, comm.device_, what); }
+    void wait(std::string_view what) { comm.world_->arrive_and_wait(r, g, member, comm.device_, what, false); }
 
     void publish_scratch(void* p) {
       std::lock_guard lk(r.m);
@@ -306,6 +442,7 @@ class host_communicator {
     const group& g;
     host_world::rendezvous& r;
     int member;
+    op_kind kind;
     int exceptions_at_start = std::uncaught_exceptions();
   };
 

@@ -116,6 +116,7 @@ auto launch(const launch_options& options, F&& f) {
     try {
       if constexpr (returns) results[id].emplace(detail::call_on(f, dev));
       else detail::call_on(f, dev);
+      world.mark_finished(id);
     } catch (const aborted_error&) {
       // Stopped because another device failed; that device's error is rethrown.
     } catch (...) {
@@ -129,11 +130,27 @@ auto launch(const launch_options& options, F&& f) {
     detail::current_device() = nullptr;
   };
 
+  // Every thread started is joined on every path: a thread that cannot be
+  // started stops the ones already running, as a failing device would.
   std::vector<std::thread> threads;
-  threads.reserve(options.devices);
-  for (int id = 0; id < options.devices; ++id) threads.emplace_back(body, id);
+  try {
+    threads.reserve(options.devices);
+    for (int id = 0; id < options.devices; ++id) threads.emplace_back(body, id);
+  } catch (const std::exception& e) {
+    const std::string reason = detail::cat("could not start the thread of device ", threads.size(), " of ",
+                                           options.devices, ": ", e.what());
+    world.abort(static_cast<int>(threads.size()), reason);
+    for (auto& t : threads) t.join();
+    throw device_error(reason);
+  }
   for (auto& t : threads) t.join();
   if (first_failure) std::rethrow_exception(first_failure);
+  if (auto lines = world.leftovers(); !lines.empty()) {
+    std::string text;
+    for (const auto& line : lines) text += detail::cat("\n  ", line);
+    throw collective_error(detail::cat("the program ended with messages nobody received (a device skipped a recv or a "
+                                       "transfer):", text));
+  }
 
   if constexpr (returns) {
     std::vector<std::decay_t<result>> out;

@@ -46,6 +46,7 @@
 #include "typemesh/runtime/communicator.hpp"
 #include "typemesh/runtime/dtype.hpp"
 #include "typemesh/runtime/member_order.hpp"
+#include "typemesh/runtime/message_label.hpp"
 
 namespace typemesh {
 
@@ -91,8 +92,10 @@ class mpi_state {
   mpi_state(MPI_Comm world, std::chrono::milliseconds timeout) : timeout_(timeout) {
     check(MPI_Comm_dup(world, &world_), "MPI_Comm_dup");
     check(MPI_Comm_dup(world, &everyone_), "MPI_Comm_dup");
+    check(MPI_Comm_dup(world, &labelled_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(everyone_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(labelled_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(world_, &rank_);
     MPI_Comm_size(world_, &size_);
     // The ranks on this node: more than its cores, and spinning would starve them.
@@ -117,6 +120,7 @@ class mpi_state {
     }
     for (auto& [devices, comm] : groups_) MPI_Comm_free(&comm);
     MPI_Comm_free(&everyone_);
+    MPI_Comm_free(&labelled_);
     MPI_Comm_free(&world_);
   }
 
@@ -125,6 +129,10 @@ class mpi_state {
   int rank_on_node() const { return rank_on_node_; }
   int size() const { return size_; }
   MPI_Comm world() const { return world_; }
+  // Where messages of a tag go: program tags on world(), labelled messages
+  // (detail::labelled_tag) on a communicator of their own, as MPI tag 0.
+  MPI_Comm comm_of_tag(int tag) const { return tag == detail::labelled_tag ? labelled_ : world_; }
+  static int mpi_tag(int tag) { return tag == detail::labelled_tag ? 0 : tag; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   // The communicator of g: rank m is member m. Collectives never use world(),
@@ -203,7 +211,9 @@ class mpi_state {
     const std::size_t bytes = count * size_of(t);
     pending_send s{to, tag, std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1), MPI_REQUEST_NULL};
     if (bytes) std::memcpy(s.data.get(), in, bytes);
-    check(MPI_Isend(s.data.get(), mpi_count(count), detail::mpi_datatype(t), to, tag, world_, &s.request), "MPI_Isend");
+    check(MPI_Isend(s.data.get(), mpi_count(count), detail::mpi_datatype(t), to, mpi_tag(tag), comm_of_tag(tag),
+                    &s.request),
+          "MPI_Isend");
     sends_.push_back(std::move(s));
   }
 
@@ -213,7 +223,7 @@ class mpi_state {
     const auto until = deadline();
     for (auto& s : sends_) {
       if (!wait(s.request, until)) {
-        throw timeout_error(detail::cat("send from device ", rank_, " to device ", s.to, " (tag ", s.tag,
+        throw timeout_error(detail::cat("send from device ", rank_, " to device ", s.to, " (", detail::describe_tag(s.tag),
                                         ") was not received within ", timeout_.count(), " ms"));
       }
     }
@@ -249,7 +259,7 @@ class mpi_state {
   }
 
   std::chrono::milliseconds timeout_;
-  MPI_Comm world_ = MPI_COMM_NULL, everyone_ = MPI_COMM_NULL;
+  MPI_Comm world_ = MPI_COMM_NULL, everyone_ = MPI_COMM_NULL, labelled_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 0, ranks_on_node_ = 1, rank_on_node_ = 0;
   bool oversubscribed_ = false;
   std::map<std::vector<int>, MPI_Comm> groups_;
@@ -354,12 +364,14 @@ class mpi_communicator {
     MPI_Status status;
     const bool arrived = s_->poll_until(deadline, [&] {
       int found = 0;
-      s_->check(MPI_Improbe(from, tag, s_->world(), &found, &message, &status), "MPI_Improbe");
+      s_->check(MPI_Improbe(from, mpi_state::mpi_tag(tag), s_->comm_of_tag(tag), &found, &message, &status),
+                "MPI_Improbe");
       return found != 0;
     });
     if (!arrived) {
-      throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (tag ", tag,
-                                      ") timed out after ", s_->timeout().count(), " ms: no message arrived"));
+      throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (",
+                                      detail::describe_tag(tag), ") timed out after ", s_->timeout().count(),
+                                      " ms: no message arrived"));
     }
     int bytes = 0;
     MPI_Get_count(&status, MPI_BYTE, &bytes);
@@ -369,13 +381,14 @@ class mpi_communicator {
       std::vector<std::byte> sink(std::max(bytes, 1));  // the message is matched: take it off the queue
       MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
       throw collective_error(detail::cat("device ", device(), " expects ", n, " ", name_of(t), " from device ", from,
-                                         " (tag ", tag, "), but the message holds ", bytes, " bytes (",
+                                         " (", detail::describe_tag(tag), "), but the message holds ", bytes, " bytes (",
                                          bytes / static_cast<int>(size_of(t)), " ", name_of(t), ")"));
     }
     s_->check(MPI_Imrecv(out, count(n), detail::mpi_datatype(t), &message, &request), "MPI_Imrecv");
     if (!s_->wait(request, deadline)) {
-      throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (tag ", tag,
-                                      ") timed out after ", s_->timeout().count(), " ms while the message arrived"));
+      throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (",
+                                      detail::describe_tag(tag), ") timed out after ", s_->timeout().count(),
+                                      " ms while the message arrived"));
     }
   }
 
@@ -433,6 +446,7 @@ class mpi_communicator {
   }
 
   void check_tag(int tag) const {
+    if (tag == detail::labelled_tag) return;
     void* value = nullptr;
     int found = 0;
     MPI_Comm_get_attr(s_->world(), MPI_TAG_UB, &value, &found);
