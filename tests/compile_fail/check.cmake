@@ -92,7 +92,9 @@ endif()
 
 # One error per mistake: once a check has said what is wrong, nothing that
 # follows from the same call may add errors of its own.
-string(REGEX MATCHALL "[^\n]*error:[^\n]*" _errors "${_output}")
+# (';' would split a message into several list items: count lines without it.)
+string(REPLACE ";" "," _output_lines "${_output}")
+string(REGEX MATCHALL "[^\n]*error:[^\n]*" _errors "${_output_lines}")
 list(LENGTH _errors _error_count)
 if(NOT _error_count EQUAL 1)
   list(JOIN _errors "\n  " _error_lines)

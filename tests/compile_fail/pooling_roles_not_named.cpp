@@ -1,7 +1,7 @@
 // max_pool2d called as it was when it found its dims by position: the
 // spatial dims are template arguments now.
 // expect: typemesh: pooling names the image's spatial dims as template arguments
-// expect: diagnostic::pool2d_roles_not_named<typemesh::conv_detail::not_named, typemesh::conv_detail::not_named>
+// expect: diagnostic::pool2d_roles_not_named<typemesh::conv_detail::not_named, typemesh::conv_detail::not_named,
 #include <typemesh/layers/pooling.hpp>
 
 #include "common.hpp"
