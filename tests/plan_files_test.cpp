@@ -588,3 +588,28 @@ TEST(PlanCli, EveryExceptionIsReported) {
   const auto odd = run_cli({"--graph-file", "g"}, {}, [] { throw 7; });
   EXPECT_EQ(odd.status, 4);
 }
+
+TEST(PlanGraphText, ExamplesOfTheDocumentationRead) {
+  // Every ```text block of "The graph text format" in docs/plan.md that is a
+  // graph reads, costs and searches.
+  const auto doc = contents(file_next_to_this_test("../docs/plan.md"));
+  const auto begin = doc.find("## The graph text format");
+  ASSERT_NE(begin, std::string::npos);
+  const auto end = doc.find("\n## ", begin + 1);
+  const auto section = doc.substr(begin, end - begin);
+  int graphs = 0;
+  for (std::size_t at = section.find("```text\n"); at != std::string::npos; at = section.find("```text\n", at)) {
+    at += 8;
+    const auto close = section.find("```", at);
+    const auto block = section.substr(at, close - at);
+    at = close + 3;
+    if (block.find("\ngraph ") == std::string::npos && block.rfind("graph ", 0) != 0) continue;
+    SCOPED_TRACE(block);
+    const auto g = tp::read_graph_text(block, "plan.md");
+    const auto r = tp::find_best_strategy(tp::build_problem(g, 4));
+    EXPECT_TRUE(std::isfinite(r.cost));
+    expect_same_graph(g, tp::read_graph_text(tp::graph_text(g)));
+    ++graphs;
+  }
+  EXPECT_EQ(graphs, 2);
+}
