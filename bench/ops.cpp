@@ -206,7 +206,6 @@ struct fw : typemesh::dim<"fw"> {};
 struct a1 : typemesh::axis<"a1"> {};
 struct a2 : typemesh::axis<"a2"> {};
 using lstm_mesh0 = typemesh::mesh<"lstm0", ax, a1, a2>;
-using lstm_mesh1 = typemesh::mesh<"lstm1", ax, a1, a2>;
 
 // The sgemm rate (FLOP/s) of an m x k times k x n product, in this run.
 double sgemm_rate(const options& o, int m, int kk, int nn) {
@@ -225,13 +224,12 @@ void lstm_step(const options& o, int batch, int units, int steps) {
   double t = 0;
   typemesh::launch(1, [&] {
     lstm_mesh0 m0({1, 1, 1});
-    lstm_mesh1 m1({1, 1, 1});
     auto x = typemesh::import_tensor<layout<>>(
         m0, typemesh::host_tensor<float, shape<b, t_dim, k>>({batch, steps, units}, xs));
     auto w0 = typemesh::variable<layout<>>(m0, "w0", shape<k, n>{2 * units, 4 * units}, typemesh::init::normal{0.1});
-    auto w1 = typemesh::variable<layout<>>(m1, "w1", shape<k, n>{2 * units, 4 * units}, typemesh::init::normal{0.1});
+    auto w1 = typemesh::variable<layout<>>(m0, "w1", shape<k, n>{2 * units, 4 * units}, typemesh::init::normal{0.1});
     auto step = [&] {
-      auto y = typemesh::lstm_two_layer(x, w0, w1);
+      auto y = typemesh::lstm<t_dim>(x, std::array{w0, w1});
       typemesh::backward(typemesh::reduce_sum(y));
       w0.zero_grad(), w1.zero_grad();
     };

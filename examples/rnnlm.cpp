@@ -77,12 +77,20 @@ using tensor = typemesh::tensor<T, Shape, Layout, Mesh>;
 using tokens_t = tensor<std::int32_t, shape<batch, seq>, layout<>, embed_mesh>;  // inputs
 using labels_t = tensor<std::int32_t, shape<batch, seq>, layout<>, proj_mesh>;
 using lstm_in_layout = layout<batch(axis0), k(axis2)>;  // [batch, seq, k] on lstm0 and lstm1
+using lstm_in_t = tensor<float, shape<batch, seq, k>, lstm_in_layout, lstm0_mesh>;
+using lstm_out_t = tensor<float, shape<batch, seq, k>, lstm_in_layout, lstm1_mesh>;
+
+// The parameters; variable<type>(mesh, name, sizes, init) makes each one.
+using embedding_t = tensor<float, shape<vocab, k>, layout<vocab(axis2)>, embed_mesh>;
+using rnn_w0_t = tensor<float, shape<k, n>, layout<k(axis2), n(axis1)>, lstm0_mesh>;
+using rnn_w1_t = tensor<float, shape<k, n>, layout<k(axis2), n(axis1)>, lstm1_mesh>;
+using proj_t = tensor<float, shape<k, vocab>, layout<vocab(axis1)>, proj_mesh>;
 
 struct parameters {
-  tensor<float, shape<vocab, k>, layout<vocab(axis2)>, embed_mesh> embedding;
-  tensor<float, shape<k, n>, layout<k(axis2), n(axis1)>, lstm0_mesh> rnn_w0;
-  tensor<float, shape<k, n>, layout<k(axis2), n(axis1)>, lstm1_mesh> rnn_w1;
-  tensor<float, shape<k, vocab>, layout<vocab(axis1)>, proj_mesh> proj;
+  embedding_t embedding;
+  rnn_w0_t rnn_w0;
+  rnn_w1_t rnn_w1;
+  proj_t proj;
 };
 
 struct meshes {
@@ -96,6 +104,28 @@ struct sizes {
   std::int64_t batch = 8, time_steps = 4, vocab = 64, units = 8;
 };
 
+// --- The LSTM: two layers on two meshes, pipelined over time steps ----------------------
+
+// Layer 0 runs on lstm0, layer 1 on lstm1, from zero states; after every
+// step, layer 0's h moves to lstm1. The move is a buffered send, so on the
+// disjoint halves layer 0's devices run ahead: layer 1 works on step t while
+// layer 0 works on step t + 1. Backward runs in reverse, layer 1 ahead.
+lstm_out_t two_layer_lstm(const lstm_in_t& x, const rnn_w0_t& w0, const rnn_w1_t& w1) {
+  const typemesh::lstm_weight w0_steps(w0);  // the steps' gradients, allreduced over the batch once
+  const typemesh::lstm_weight w1_steps(w1);
+  auto s0 = typemesh::lstm_zero_state<seq>(x, w0);  // h and c of layer 0, on lstm0
+  auto s1 = typemesh::lstm_zero_state<seq>(x, w1);  // and of layer 1, on lstm1
+  using h1_t = decltype(s1.h);                      // [batch, k] on lstm1
+  std::vector<h1_t> outputs;
+  for (std::int64_t t = 0; t < x.shape().size<seq>(); ++t) {
+    s0 = typemesh::lstm_step(typemesh::time_step<seq>(x, t), s0.h, s0.c, w0_steps);
+    const auto h0_on_lstm1 = typemesh::replace_mesh<h1_t::layout_type>(s0.h, w1.mesh());
+    s1 = typemesh::lstm_step(h0_on_lstm1, s1.h, s1.c, w1_steps);
+    outputs.push_back(s1.h);
+  }
+  return typemesh::stack_steps<lstm_out_t::shape_type>(outputs);  // [batch, seq, k] on lstm1
+}
+
 // --- The model: the seed's model(params, inputs, labels) -----------------------------
 
 auto model(const parameters& p, const tokens_t& inputs, const labels_t& labels, const meshes& m) {
@@ -104,8 +134,7 @@ auto model(const parameters& p, const tokens_t& inputs, const labels_t& labels, 
   // device looks up the rows it holds and an allreduce completes them.
   auto embedded = typemesh::embedding<k>(inputs, p.embedding);
   auto x = typemesh::replace_mesh<lstm_in_layout, independent_axes>(embedded, m.lstm0);
-  // Two layers, layer 0 on lstm0 and layer 1 on lstm1, from zero states.
-  auto y = typemesh::lstm_two_layer(x, p.rnn_w0, p.rnn_w1);  // on lstm1
+  auto y = two_layer_lstm(x, p.rnn_w0, p.rnn_w1);  // on lstm1
   auto h = typemesh::replace_mesh<layout<>, independent_axes>(y, m.proj);
   // dense without a bias: [batch, seq, k] . [k, vocab], vocab over proj's axis1.
   auto logits = typemesh::dense(h, p.proj);
@@ -175,13 +204,10 @@ std::vector<float> train(int count, int train_steps, double rate, const sizes& z
     // Initialisers as in the reference: mtf.layers.embedding draws N(0, 1),
     // mtf.get_variable defaults to Glorot uniform.
     parameters p{
-        typemesh::variable<layout<vocab(axis2)>>(m.embed, "embedding", shape<vocab, k>{z.vocab, u}, normal{1.0}),
-        typemesh::variable<layout<k(axis2), n(axis1)>>(m.lstm0, "rnn_w0", shape<k, n>{2 * u, 4 * u},
-                                                       glorot_uniform{2 * u, 4 * u}),
-        typemesh::variable<layout<k(axis2), n(axis1)>>(m.lstm1, "rnn_w1", shape<k, n>{2 * u, 4 * u},
-                                                       glorot_uniform{2 * u, 4 * u}),
-        typemesh::variable<layout<vocab(axis1)>>(m.proj, "proj", shape<k, vocab>{u, z.vocab},
-                                                 glorot_uniform{u, z.vocab}),
+        typemesh::variable<embedding_t>(m.embed, "embedding", {z.vocab, u}, normal{1.0}),
+        typemesh::variable<rnn_w0_t>(m.lstm0, "rnn_w0", {2 * u, 4 * u}, glorot_uniform{2 * u, 4 * u}),
+        typemesh::variable<rnn_w1_t>(m.lstm1, "rnn_w1", {2 * u, 4 * u}, glorot_uniform{2 * u, 4 * u}),
+        typemesh::variable<proj_t>(m.proj, "proj", {u, z.vocab}, glorot_uniform{u, z.vocab}),
     };
     const auto inputs = typemesh::import_tensor<tokens_t::layout_type>(m.embed, data.inputs);
     const auto labels = typemesh::import_tensor<labels_t::layout_type>(m.proj, data.labels);

@@ -1,16 +1,27 @@
-// The RNNLM's two-layer LSTM: layer 0 on one mesh, layer 1 on another, the
-// hidden state of layer 0 moving to layer 1's mesh after every time step.
+// The LSTM: one fused step of the cell on one mesh, a stack of layers over a
+// time dim, and the conversion of standard weight matrices.
 //
-//   // x: [batch, time, k] on lstm0, k = units; w0 on lstm0, w1 on lstm1: [k = 2*units, n = 4*units]
-//   auto y = typemesh::lstm_two_layer(x, w0, w1);                    // zero initial states
-//   auto y = typemesh::lstm_two_layer(x, w0, w1, typemesh::lstm_states{h0, c0, h1, c1});
-//   // y: [batch, time, k] on lstm1, laid out as x
+//   // x_t: [batch, k] with k the units u; w: [k = 2u, n = 4u]; h like x_t, c: [batch, n = u]
+//   auto [h1, c1] = typemesh::lstm_step(x_t, h, c, w);
 //
-// Layouts (as in the reference's RNNOperation): batch may be split over one
-// axis, n (gate columns, hidden units out) over a second, k (input and hidden
-// units in) over a third, each of any size including 1. Time is never split.
-// The initial states are h: [batch, k = units] laid out like x, and
-// c: [batch, n = units] laid out like the gates.
+//   // x: [batch, time, k] (the dims in any order); one weight per layer, on x's mesh
+//   auto y = typemesh::lstm<time>(x, std::vector{w0, w1, w2});   // y: x's type, the top layer's h
+//
+//   // a [x | h] x [i | f | g | o] matrix (rows: u input units then u hidden units;
+//   // columns: the i, f, g, o blocks of u units each) to the layout below, and back
+//   auto w_host = typemesh::lstm_weight_from_standard<k>(standard);
+//
+// Dims by role. The dim x_t and w share is k: units in x_t and h, input and
+// hidden rows in w. w's other dim is n: gate columns in w, units in c. Every
+// other dim of x_t (batch-like dims, any number, in any order) passes
+// through. h has x_t's type; c has x_t's shape with k replaced by n, and
+// x_t's layout with n on w's axis for n. The time dim of lstm<Time> and
+// time_step<Time> is named, and may sit anywhere in x's shape.
+//
+// Layouts (as in the reference's RNNOperation): the batch-like dims may be
+// split, n (gate columns, hidden units out) over one axis, k (input and
+// hidden units in) over another. Time is never split. The number of units
+// must be divisible by the sizes of the k and n axes.
 //
 // What the weights' rows and columns mean. Every device must find in its own
 // block of w exactly the rows for its own x and h units and the columns of
@@ -22,15 +33,16 @@
 // Splitting k (or n) into equal blocks then hands each device whole units
 // with both of their rows (all four of their gate columns). This is the
 // reference's "i1|f1|g1|o1||i2|f2|g2|o2" arrangement taken down to single
-// units, which makes it the same for every number of blocks; a standard
-// [x | h] x [i | f | g | o] weight matrix is a fixed permutation of it.
-// The number of units must be divisible by the sizes of the k and n axes.
+// units, which makes it the same for every number of blocks. A standard
+// [x | h] x [i | f | g | o] matrix is a fixed permutation of it:
+// lstm_weight_from_standard and lstm_weight_to_standard apply it. As there,
+// input and hidden units are equally many, and the cell has no bias.
 //
-// One time step of one layer, with k over axis K and n over axis N:
+// One step, with k over axis K and n over axis N:
 //   xh = x_t and h interleaved by unit          (local)
 //   z  = xh . w, partial over k                 -> allreduce over K
 //   c' = f*c + i*g, h' = o*tanh(c')             (local: gates of a unit sit together)
-//   h' leaves the step split along N (it is indexed by n) but the next step
+//   h' leaves the cell split along N (it is indexed by n) but the next step
 //   multiplies it along k, so it must end up split along K and replicated
 //   along N. That is a relayout of one dim from axis N to axis K. The
 //   reference does it as allconcat over N then allsplit over K; here it is
@@ -39,37 +51,36 @@
 //   transpose of the (N, K) grid, where a device receives its 1/|K| of the
 //   units (nothing on the diagonal) instead of the allgather's (|N|-1)/|N|.
 //   With K of size 1 it is that allgather, with N of size 1 a local slice.
-// Layer 0's h' is moved to layer 1's mesh from the same state (one transfer,
-// in layer 1's layout), not after the relayout on layer 0's mesh.
+// The kernel wants k (and n) last in memory: dims in another order are
+// permuted locally, on the way in and out, without communication.
 //
-// Pipelining. Every device runs the whole loop; a device outside a mesh
-// skips that mesh's work (its tensors are empty and collectives on it return
-// at once). Each step's collectives stay within one mesh, and the moves
-// between meshes are buffered point-to-point sends. So on disjoint meshes a
-// device of layer 0's mesh never waits for layer 1's: it runs ahead, and
-// layer 1 works on step t while layer 0 works on step t + 1. Backward runs
-// the tape in reverse, so the pipeline runs the other way: layer 1's
-// devices never wait for layer 0's, and layer 0 works on step t while layer
-// 1 works on t - 1. Nothing can hang: each device's receives match sends
-// that the sender makes unconditionally, in the same program order.
+// Gradients. A step is one fused operation with its own gradient (GEMM,
+// allreduce, gates): composed of einsum and elementwise ops, a step would
+// need a dozen nodes and gate slices that the ops lack, and store every
+// intermediate. A step's weight gradient is a sum over the batch. Steps
+// that share an lstm_weight leave it as partial sums over this device's part
+// of the batch; they add up in the lstm_weight's copy of the weight, which
+// allreduces them over the batch's axes once, after the last step (as the
+// reference's RNNGradOperation does), not once per step. A step given a
+// plain weight tensor allreduces its own weight gradient.
 //
-// Gradients. Each step of a layer is one fused operation with its own
-// gradient (GEMM, allreduce, gates): composed of einsum and elementwise ops,
-// a step would need a dozen nodes and gate slices that the ops lack, store
-// every intermediate, and copy the weight into each einsum's record. Steps
-// are recorded one by one so that the pipeline above also holds backward.
-// A step's weight gradient is left as a partial sum over this device's part
-// of the batch: the steps' partial sums add up in one intermediate copy of
-// the weight, which allreduces them over the batch axis once, after the
-// last step (as the reference's RNNGradOperation does), not once per step.
-// x's gradient is added into place step by step (no x-sized temporaries).
+// Pipelines. Every device runs every step; a device outside a mesh skips
+// that mesh's work (its tensors are empty and collectives on it return at
+// once), and moves between meshes are buffered point-to-point sends. Layers
+// on disjoint meshes, joined by replace_mesh after every step, therefore
+// form a pipeline over time steps (see examples/rnnlm.cpp and docs/layers.md):
+// forward, layer 0's devices never wait for layer 1's; backward runs the
+// tape in reverse, so layer 1's devices never wait for layer 0's.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <ranges>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -80,154 +91,222 @@
 #include "typemesh/core/diagnostics.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/layout.hpp"
+#include "typemesh/core/shape_algebra.hpp"
 #include "typemesh/ops/rules.hpp"
+#include "typemesh/tensor/host_tensor.hpp"
 #include "typemesh/tensor/tensor.hpp"
 
 namespace typemesh {
 
-// The initial states of both layers, as the reference passes them
-// (states0 + states1): h in x's layout, c in the gates' layout; layer 0's on
-// its mesh, layer 1's on the other.
-template <class H0, class C0, class H1, class C1>
-struct lstm_states {
-  H0 h0;
-  C0 c0;
-  H1 h1;
-  C1 c1;
+namespace diagnostic {
+TYPEMESH_DIAGNOSTIC(lstm_weight_not_two_dims, (class WeightShape), (WeightShape),
+                    "lstm: the weight must have two dims, k (shared with the input: input and hidden units) "
+                    "and n (the gate columns); the weight's shape is the argument above");
+TYPEMESH_DIAGNOSTIC(lstm_input_shares_no_dim_with_weight, (class InputShape, class WeightShape),
+                    (InputShape, WeightShape),
+                    "lstm: the input and the weight share no dim; the dim they share is k, the units in (e.g. "
+                    "x_t: [batch, k], w: [k, n]); the input's and the weight's shapes are the arguments above");
+TYPEMESH_DIAGNOSTIC(lstm_input_has_both_weight_dims, (class InputShape, class WeightShape),
+                    (InputShape, WeightShape),
+                    "lstm: the input has both dims of the weight; it must share exactly one (k, the units in) "
+                    "and lack the other (n, the gate columns); the shapes are the arguments above");
+TYPEMESH_DIAGNOSTIC(lstm_element_types_differ, (class InputElement, class WeightElement),
+                    (InputElement, WeightElement),
+                    "lstm: the input and the weight have different element types; the two are the arguments above");
+TYPEMESH_DIAGNOSTIC(lstm_state_type_mismatch, (class Which, class Given, class Expected), (Which, Given, Expected),
+                    "lstm_step: a state has the wrong type: h must have x_t's type, and c x_t's shape with k "
+                    "replaced by n, laid out as x_t's batch-like dims plus n on the weight's axis for n; the "
+                    "state (h or c), its type and the type it must have are the arguments above");
+TYPEMESH_DIAGNOSTIC(lstm_time_not_in_input, (class Time, class InputShape), (Time, InputShape),
+                    "lstm<Time>: the input lacks the time dim named; name one of the input's dims; the dim and "
+                    "the input's shape are the arguments above");
+TYPEMESH_DIAGNOSTIC(lstm_time_split, (class Time, class Layout), (Time, Layout),
+                    "lstm<Time>: the time dim is split over a mesh axis; the layers walk along it step by step, "
+                    "so every device needs every step; the dim and the layout are the arguments above");
+TYPEMESH_DIAGNOSTIC(stack_steps_adds_not_one_dim, (class Shape, class StepShape), (Shape, StepShape),
+                    "stack_steps<Shape>: Shape must have every dim of the steps and exactly one more (the time "
+                    "dim); Shape and the steps' shape are the arguments above");
+}  // namespace diagnostic
+
+// A layer's hidden and cell state: h laid out as the step's input, c as the gates.
+template <class H, class C>
+struct lstm_state {
+  H h;
+  C c;
 };
 
 namespace lstm_detail {
 
-// A step's output holds h and c of each unit side by side: [batch, n, part].
+// A step's output holds h and c of each unit side by side: [..., n, part].
 struct part : dim<"lstm_part"> {};
 
-// layout<D(A)>, or layout<> when A is void (D whole).
-template <class D, class A>
-struct entry {
-  using type = layout<D(A)>;
+// L with D over A (void: L, D whole).
+template <class L, class D, class A>
+struct with_entry {
+  using type = typename L::template with<D, A>;
 };
-template <class D>
-struct entry<D, void> {
-  using type = layout<>;
+template <class L, class D>
+struct with_entry<L, D, void> {
+  using type = L;
 };
-template <class D, class A>
-using entry_t = typename entry<D, A>::type;
-template <class... Ls>
-using join = typename detail::concat_layouts<layout<>, Ls...>::type;
+template <class L, class D, class A>
+using with_entry_t = typename with_entry<L, D, A>::type;
 
-// Every type one call involves, from the types of x, w0 and w1.
-template <class X, class W0, class W1>
-struct types {
-  static_assert(diagnostic::fires<X, W0, W1>,
-                "typemesh: lstm_two_layer takes x: [batch, time, k] and w0, w1: [k, n] (k of x and of the weights "
-                "the same dim), with one element type; the three tensor types are the arguments above");
+template <class S>
+struct first_dim {
+  using type = void;
 };
-
-template <class T, class B, class Tm, class K, class LX, class M0, class N, class LW, class LW1, class M1>
-struct types<tensor<T, shape<B, Tm, K>, LX, M0>, tensor<T, shape<K, N>, LW, M0>, tensor<T, shape<K, N>, LW1, M1>> {
-  using k = K;
-  using n = N;
-
-  using batch_axis = typename LX::template axis_of<B>;  // void: whole
-  using k_axis = typename LX::template axis_of<K>;
-  using n_axis = typename LW::template axis_of<N>;
-
-  static_assert(!LX::template splits<Tm>,
-                "typemesh: lstm_two_layer: x's time dim (its second) must not be split; the layers walk along it");
-  // k on the same axis in x and w, and no axis splitting two dims.
-  static_assert(ops_detail::compatible<shape<B, Tm, K>, LX, shape<K, N>, LW>());
-  static_assert(std::is_same_v<canonical<shape<K, N>, LW1>, canonical<shape<K, N>, LW>>,
-                "typemesh: lstm_two_layer: w1 must place k and n on the same axes as w0 (both layers split batch, "
-                "n and k over the same axes, sized per mesh)");
-
-  using h_layout = join<entry_t<B, batch_axis>, entry_t<K, k_axis>>;   // h, x_t, xh: units along k
-  using c_layout = join<entry_t<B, batch_axis>, entry_t<N, n_axis>>;   // c, gates: units along n
-  using hn_layout = join<entry_t<B, batch_axis>, entry_t<K, n_axis>>;  // h' as a step makes it
-
-  template <class M>
-  using h_t = tensor<T, shape<B, K>, h_layout, M>;
-  template <class M>
-  using c_t = tensor<T, shape<B, N>, c_layout, M>;
-  template <class M>
-  using state_t = tensor<T, shape<B, N, part>, c_layout, M>;
-  template <class M>
-  using hn_t = tensor<T, shape<B, K>, hn_layout, M>;
-
-  using x_t = tensor<T, shape<B, Tm, K>, LX, M0>;
-  using w0_t = tensor<T, shape<K, N>, LW, M0>;
-  using w1_t = tensor<T, shape<K, N>, LW1, M1>;
-  using y_t = tensor<T, shape<B, Tm, K>, LX, M1>;
-  using states_t = lstm_states<h_t<M0>, c_t<M0>, h_t<M1>, c_t<M1>>;
+template <class D, class... Ds>
+struct first_dim<shape<D, Ds...>> {
+  using type = D;
 };
 
-// --- Checks ----------------------------------------------------------------------
+// The checks of a step on input X with weight W, first failure only.
+template <class X, class W>
+consteval bool check_roles() {
+  using SX = typename X::shape_type;
+  using SW = typename W::shape_type;
+  constexpr std::size_t shared = shape_common<SX, SW>::rank;
+  if constexpr (!diagnostic::lstm_weight_not_two_dims<SW, SW::rank != 2>::passed) return false;
+  else if constexpr (!diagnostic::lstm_input_shares_no_dim_with_weight<SX, SW, shared == 0>::passed) return false;
+  else if constexpr (!diagnostic::lstm_input_has_both_weight_dims<SX, SW, shared == 2>::passed) return false;
+  else if constexpr (!diagnostic::lstm_element_types_differ<typename X::value_type, typename W::value_type,
+                                                            !std::is_same_v<typename X::value_type,
+                                                                            typename W::value_type>>::passed)
+    return false;
+  else if constexpr (!diagnostic::different_meshes<typename X::mesh_type, typename W::mesh_type,
+                                                   !std::is_same_v<typename X::mesh_type,
+                                                                   typename W::mesh_type>>::passed)
+    return false;
+  else return ops_detail::compatible<SX, typename X::layout_type, SW, typename W::layout_type>();
+}
+
+// Every type one step involves, from the types of its input X and weight W
+// (whose checks have passed).
+template <class X, class W>
+struct roles {
+  using T = typename X::value_type;
+  using M = typename X::mesh_type;
+  using SX = typename X::shape_type;
+  using LX = typename X::layout_type;
+  using k = typename first_dim<shape_common<typename W::shape_type, SX>>::type;
+  using n = typename first_dim<shape_minus<typename W::shape_type, SX>>::type;
+  using k_axis = typename LX::template axis_of<k>;                       // void: whole
+  using n_axis = typename W::layout_type::template axis_of<n>;           // void: whole
+  using batch_shape = shape_without<SX, k>;                             // the dims that pass through
+  using batch_layout = typename LX::template without<k>;
+  using c_layout = with_entry_t<batch_layout, n, n_axis>;               // c, the gates: units along n
+  using hn_layout = with_entry_t<batch_layout, k, n_axis>;              // h' as the cell makes it
+
+  using h_t = X;
+  using c_t = tensor<T, shape_replace<SX, k, n>, c_layout, M>;
+  // The kernel's order: k (or n) last.
+  using x_kernel = tensor<T, shape_append<batch_shape, k>, LX, M>;
+  using c_kernel = tensor<T, shape_append<batch_shape, n>, c_layout, M>;
+  using hn_kernel = tensor<T, shape_append<batch_shape, k>, hn_layout, M>;
+  using state_kernel = tensor<T, shape_append<batch_shape, n, part>, c_layout, M>;
+  using state_t = lstm_state<h_t, c_t>;
+
+  // The mesh axes that split batch-like dims: the weight's gradient is a sum over them.
+  static constexpr std::array<bool, M::rank> batch_axes() {
+    std::array<bool, M::rank> axes{};
+    LX::for_each([&](auto d, auto a) {
+      using D = typename decltype(d)::type;
+      using A = typename decltype(a)::type;
+      if constexpr (!std::is_same_v<D, k>) axes[M::template index_of<A>] = true;
+    });
+    return axes;
+  }
+};
+
+// Whether Given is Expected up to the spelling of its layout.
+template <class Given, class Expected>
+inline constexpr bool same_tensor_type = false;
+template <class T, class S, class L1, class L2, class M>
+inline constexpr bool same_tensor_type<tensor<T, S, L1, M>, tensor<T, S, L2, M>> =
+    std::is_same_v<canonical<S, L1>, canonical<S, L2>>;
+
+struct h_state {};
+struct c_state {};
+
+template <class X, class W, class H, class C>
+consteval bool check_step() {
+  if constexpr (!check_roles<X, W>()) return false;
+  else {
+    using r = roles<X, W>;
+    return diagnostic::lstm_state_type_mismatch<h_state, H, typename r::h_t,
+                                                !same_tensor_type<H, typename r::h_t>>::passed &&
+           diagnostic::lstm_state_type_mismatch<c_state, C, typename r::c_t,
+                                                !same_tensor_type<C, typename r::c_t>>::passed;
+  }
+}
+
+template <class Time, class X>
+consteval bool check_time() {
+  using SX = typename X::shape_type;
+  if constexpr (!diagnostic::lstm_time_not_in_input<Time, SX, !shape_contains<SX, Time>>::passed) return false;
+  else return diagnostic::lstm_time_split<Time, typename X::layout_type, X::layout_type::template splits<Time>>::passed;
+}
+
+// x as type Want (the same tensor type up to the spelling of the layout):
+// a reference when it already is one.
+template <class Want, class Got>
+decltype(auto) as_type(const Got& x) {
+  if constexpr (std::is_same_v<Want, Got>) return (x);
+  else return Want(x);
+}
+
+// --- Checks at run time ----------------------------------------------------------
 
 // Units must split into whole blocks over axis A of the mesh (as k or n).
 template <class A, class M>
-void check_units_split(std::int64_t units, const M& m, const char* dim_role) {
+void check_units_split(std::int64_t units, const M& m, std::string_view dim_role) {
   if constexpr (!std::is_void_v<A>) {
     const int parts = m.template size<A>();
     if (units % parts != 0) {
-      throw shape_error(detail::cat("lstm_two_layer: ", units, " units do not split over axis ", A::name, " of size ",
+      throw shape_error(detail::cat("lstm_step: ", units, " units do not split over axis ", A::name, " of size ",
                                     parts, " (which splits ", dim_role, ") on ", m.describe(),
                                     "; each device needs whole units"));
     }
   }
 }
 
-template <class State>
-void check_state(const char* what, const State& s, std::int64_t batch, std::int64_t units,
-                 const typename State::mesh_type& m) {
-  using S = typename State::shape_type;
-  if (!(s.shape() == S{batch, units})) {
-    throw shape_error(detail::cat("lstm_two_layer: initial state ", what, " has shape ", s.shape().describe(),
-                                  "; it must be ", S{batch, units}.describe(), " (batch, units)"));
-  }
-  if (!(s.mesh() == m)) {
-    throw device_error(detail::cat("lstm_two_layer: initial state ", what, " lives on ", s.mesh().describe(),
-                                   ", not on its layer's mesh ", m.describe()));
-  }
-}
-
-// x and the weights: sizes, meshes, and units that split into whole blocks.
-template <class Ty>
-void check_weights(const typename Ty::x_t& x, const typename Ty::w0_t& w0, const typename Ty::w1_t& w1) {
-  using K = typename Ty::k;
-  using N = typename Ty::n;
+template <class R, class W>
+void check_step_sizes(const typename R::h_t& x, const typename R::h_t& h, const typename R::c_t& c, const W& w) {
+  using K = typename R::k;
+  using N = typename R::n;
   const std::int64_t units = x.shape().template size<K>();
-  auto check_w = [&](const char* name, const auto& w) {
-    if (w.shape().template size<K>() != 2 * units || w.shape().template size<N>() != 4 * units) {
-      throw shape_error(detail::cat("lstm_two_layer: ", name, " has shape ", w.shape().describe(), "; with x of shape ",
-                                    x.shape().describe(), " (", units, " units) it must have ", K::name, "=", 2 * units,
-                                    " (input and hidden units) and ", N::name, "=", 4 * units,
-                                    " (four gates per unit)"));
+  if (w.shape().template size<K>() != 2 * units || w.shape().template size<N>() != 4 * units) {
+    throw shape_error(detail::cat("lstm_step: the weight has shape ", w.shape().describe(), "; with x_t of shape ",
+                                  x.shape().describe(), " (", units, " units) it must have ", K::name, "=",
+                                  2 * units, " (input and hidden units) and ", N::name, "=", 4 * units,
+                                  " (four gates per unit)"));
+  }
+  if (!(h.shape() == x.shape())) {
+    throw shape_error(detail::cat("lstm_step: h has shape ", h.shape().describe(), "; it must have x_t's shape ",
+                                  x.shape().describe()));
+  }
+  const typename R::c_t::shape_type c_shape(x.shape().sizes());  // units along n instead of k
+  if (!(c.shape() == c_shape)) {
+    throw shape_error(detail::cat("lstm_step: c has shape ", c.shape().describe(), "; it must be ",
+                                  c_shape.describe(), " (x_t's shape with ", K::name, " named ", N::name, ")"));
+  }
+  auto check_mesh = [&](const char* what, const auto& m) {
+    if (!(m == w.mesh())) {
+      throw device_error(detail::cat("lstm_step: ", what, " lives on ", m.describe(), " but the weight on ",
+                                     w.mesh().describe(), "; the step runs where its weight lives"));
     }
   };
-  check_w("w0", w0);
-  check_w("w1", w1);
-  if (!(x.mesh() == w0.mesh())) {
-    throw device_error(detail::cat("lstm_two_layer: x lives on ", x.mesh().describe(), " but w0 on ",
-                                   w0.mesh().describe(), "; layer 0 runs where w0 lives"));
-  }
-  check_units_split<typename Ty::k_axis>(units, w0.mesh(), "k");
-  check_units_split<typename Ty::n_axis>(units, w0.mesh(), "n");
-  check_units_split<typename Ty::k_axis>(units, w1.mesh(), "k");
-  check_units_split<typename Ty::n_axis>(units, w1.mesh(), "n");
-}
-
-template <class Ty>
-void check_states(const typename Ty::x_t& x, const typename Ty::w0_t& w0, const typename Ty::w1_t& w1,
-                  const typename Ty::states_t& s) {
-  const std::int64_t units = x.shape()[2], batch = x.shape()[0];
-  check_state("h0", s.h0, batch, units, w0.mesh());
-  check_state("c0", s.c0, batch, units, w0.mesh());
-  check_state("h1", s.h1, batch, units, w1.mesh());
-  check_state("c1", s.c1, batch, units, w1.mesh());
+  check_mesh("x_t", x.mesh());
+  check_mesh("h", h.mesh());
+  check_mesh("c", c.mesh());
+  check_units_split<typename R::k_axis>(units, w.mesh(), K::name);
+  check_units_split<typename R::n_axis>(units, w.mesh(), N::name);
 }
 
 // --- Small recorded operations -----------------------------------------------------
 
-// Sums partial values over axis A (void: nothing to sum).
+// Sums over axis A (void: nothing to sum).
 template <class A, class Tensor>
 void allreduce_along(Tensor& t) {
   if constexpr (!std::is_void_v<A>) {
@@ -251,83 +330,74 @@ void add_in_place_edge(autodiff::node& n, const In& input, AddInto add_into) {
                      }});
 }
 
-// The weight as the steps use it: a copy whose gradient arrives as partial
-// sums over this device's part of the batch, one from each step, and is
-// allreduced over the batch axis once.
-template <class BatchAxis, class W>
-std::shared_ptr<const W> weight_for_steps(const W& w) {
-  W used = record(w.detached(), "lstm weight (steps' gradients summed over the batch axis)",
-                  gradient_of(w, [](const W& partial) {
-                    W g = partial.detached();
-                    allreduce_along<BatchAxis>(g);
-                    return g;
-                  }));
-  return std::make_shared<const W>(std::move(used));
-}
-
-// x[:, t, :] as [batch, k].
-template <class H, class X>
-H time_step(const X& x, std::int64_t t) {
-  H out(x.mesh(), typename H::shape_type{x.shape()[0], x.shape()[2]}, uninitialized);
-  const auto e = x.local_extent();  // [batch, time, k] here
+// x's local elements with its dims in Out's order (the same dims): a local
+// transpose, no communication.
+template <class Out, class T, class S, class L, class M>
+tensor<T, Out, L, M> permuted_values(const tensor<T, S, L, M>& x) {
+  tensor<T, Out, L, M> out(x.mesh(), shape_from<Out>(x.shape()), uninitialized);
   if (x.holds_data()) {
-    backend::copy_box(x.local().data(), backend::region<3>{e, {0, t, 0}}, out.local().data(),
-                      backend::region<3>{{e[0], 1, e[2]}, {}}, {e[0], 1, e[2]});
+    using U = dims_of<Out>;
+    backend::broadcast(x.local().data(), ops_detail::local_dims_of<U>(x), out.local().data(),
+                       ops_detail::local_dims_of<U>(out));
   }
-  if (!autodiff::recording() || !x.tracked()) return out;
-  auto n = autodiff::make_node("lstm time step");
-  add_in_place_edge<H>(*n, x, [t](const H& dy, X& dx) {
-    const auto e = dx.local_extent();
-    auto g = dx.local();
-    auto d = dy.local();
-    for (std::int64_t b = 0; b < e[0]; ++b)
-      for (std::int64_t i = 0; i < e[2]; ++i) g[(b * e[1] + t) * e[2] + i] += d[b * e[2] + i];
-  });
-  out.set_node(std::move(n));
   return out;
 }
 
-// The steps' outputs as [batch, time, k].
-template <class Y, class H>
-Y stack_time(const std::vector<H>& steps, const typename Y::shape_type& s, const typename Y::mesh_type& m) {
-  Y out(m, s);
-  const auto e = out.local_extent();
-  if (out.holds_data()) {
-    for (std::size_t t = 0; t < steps.size(); ++t) {
-      const std::int64_t tt = static_cast<std::int64_t>(t);
-      backend::copy_box(steps[t].local().data(), backend::region<3>{{e[0], 1, e[2]}, {}}, out.local().data(),
-                        backend::region<3>{e, {0, tt, 0}}, {e[0], 1, e[2]});
-    }
+template <class Out, class T, class S, class L, class M>
+tensor<T, Out, L, M> permute(const tensor<T, S, L, M>& x) {
+  using Y = tensor<T, Out, L, M>;
+  return record(permuted_values<Out>(x), "lstm dims in the kernel's order",
+                gradient_of(x, [](const Y& dy) { return permuted_values<S>(dy); }));
+}
+
+// x (type From) as type To, where To has the same dims in another order and
+// the same layout up to its spelling: x itself when it is of type To.
+template <class To, class From>
+decltype(auto) in_order(const From& x) {
+  using TS = typename To::shape_type;
+  if constexpr (std::is_same_v<To, From>) return (x);
+  else if constexpr (std::is_same_v<TS, typename From::shape_type>) return To(x);
+  else return To(permute<TS>(x));
+}
+template <class To, class From>
+To to_order(From x) {
+  if constexpr (std::is_same_v<To, From>) return x;
+  else return To(in_order<To>(x));
+}
+
+// The size of D in s, or 0 when s lacks D.
+template <class D, class S>
+std::int64_t size_or_zero(const S& s) {
+  if constexpr (S::template has<D>) return s.template size<D>();
+  else return 0;
+}
+
+// The local slice of a tensor of shape S as [outer, D, inner].
+template <class D, class S, std::size_t R>
+std::array<std::int64_t, 3> around(const std::array<std::int64_t, R>& extent) {
+  constexpr std::size_t at = shape_index_of<S, D>;
+  std::array<std::int64_t, 3> e{1, extent[at], 1};
+  for (std::size_t i = 0; i < R; ++i) {
+    if (i < at) e[0] *= extent[i];
+    if (i > at) e[2] *= extent[i];
   }
-  bool any_tracked = false;
-  for (const auto& h : steps) any_tracked = any_tracked || h.tracked();
-  if (!autodiff::recording() || !any_tracked) return out;
-  auto n = autodiff::make_node("lstm outputs over time");
-  for (std::size_t t = 0; t < steps.size(); ++t) {
-    add_in_place_edge<Y>(*n, steps[t], [t = static_cast<std::int64_t>(t)](const Y& dy, H& dh) {
-      const auto e = dy.local_extent();
-      auto g = dh.local();
-      auto d = dy.local();
-      for (std::int64_t b = 0; b < e[0]; ++b)
-        for (std::int64_t i = 0; i < e[2]; ++i) g[b * e[2] + i] += d[(b * e[1] + t) * e[2] + i];
-    });
-  }
-  out.set_node(std::move(n));
-  return out;
+  return e;
 }
 
 // [x_t, h] interleaved by unit: column 2u is x_t's unit u, 2u + 1 is h's.
 // Both are split along k alike, so each device interleaves its own units.
-template <class H>
+template <class K, class H>
 H interleave(const H& x, const H& h) {
   using S = typename H::shape_type;
-  H out(x.mesh(), S{x.shape()[0], 2 * x.shape()[1]}, uninitialized);
+  auto sizes = x.shape().sizes();
+  sizes[S::template index_of<K>] *= 2;
+  H out(x.mesh(), S(sizes), uninitialized);
   auto o = out.local();
   auto a = x.local(), b = h.local();
   for (std::size_t r = 0; r < a.size(); ++r) o[2 * r] = a[r], o[2 * r + 1] = b[r];
-  auto half = [](std::size_t which) {
-    return [which](const H& dxh) {
-      H g(dxh.mesh(), S{dxh.shape()[0], dxh.shape()[1] / 2});
+  auto half = [s = x.shape()](std::size_t which) {
+    return [which, s](const H& dxh) {
+      H g(dxh.mesh(), s, uninitialized);
       auto gv = g.local();
       auto d = dxh.local();
       for (std::size_t r = 0; r < gv.size(); ++r) gv[r] = d[2 * r + which];
@@ -337,56 +407,52 @@ H interleave(const H& x, const H& h) {
   return record(std::move(out), "lstm input and hidden", gradient_of(x, half(0)), gradient_of(h, half(1)));
 }
 
-// The first state: c0 with an unused h beside it.
-template <class State, class C>
-State initial_state(const C& c0) {
-  using S = typename State::shape_type;
-  State out(c0.mesh(), S{c0.shape()[0], c0.shape()[1], 2});
-  auto o = out.local();
-  auto c = c0.local();
-  for (std::size_t r = 0; r < c.size(); ++r) o[2 * r + 1] = c[r];
-  return record(std::move(out), "lstm initial state", gradient_of(c0, [](const State& dy) {
-                  C g(dy.mesh(), typename C::shape_type{dy.shape()[0], dy.shape()[1]});
-                  auto gv = g.local();
-                  auto d = dy.local();
-                  for (std::size_t r = 0; r < gv.size(); ++r) gv[r] = d[2 * r + 1];
-                  return g;
-                }));
-}
-
-// h' of a state, with its unit dim named k (it multiplies k next) but still
-// split as n is: the input of the relayout to the k layout.
-template <class HN, class State>
-HN hidden_of(const State& s) {
-  HN out(s.mesh(), typename HN::shape_type{s.shape()[0], s.shape()[1]}, uninitialized);
+// Part p (0: h, 1: c) of each unit of a state, as type Out (h with its unit
+// dim named k but still split as n is: the input of the relayout to k's axis).
+template <class Out, std::size_t P, class State>
+Out part_of(const State& s) {
+  using S = typename Out::shape_type;
+  auto sizes = std::array<std::int64_t, S::rank>{};
+  for (std::size_t i = 0; i < S::rank; ++i) sizes[i] = s.shape()[i];  // [..., n, part] -> [..., n]
+  Out out(s.mesh(), S(sizes), uninitialized);
   auto o = out.local();
   auto v = s.local();
-  for (std::size_t r = 0; r < o.size(); ++r) o[r] = v[2 * r];
-  return record(std::move(out), "lstm hidden state", gradient_of(s, [](const HN& dy) {
-                  State g(dy.mesh(), typename State::shape_type{dy.shape()[0], dy.shape()[1], 2});
+  for (std::size_t r = 0; r < o.size(); ++r) o[r] = v[2 * r + P];
+  return record(std::move(out), P == 0 ? "lstm hidden state" : "lstm cell state",
+                gradient_of(s, [ss = s.shape()](const Out& dy) {
+                  State g(dy.mesh(), ss);
                   auto gv = g.local();
                   auto d = dy.local();
-                  for (std::size_t r = 0; r < d.size(); ++r) gv[2 * r] = d[r];
+                  for (std::size_t r = 0; r < d.size(); ++r) gv[2 * r + P] = d[r];
                   return g;
                 }));
 }
 
-// --- The fused step ------------------------------------------------------------------
+template <class State, class C>
+typename State::shape_type state_shape(const C& c) {
+  using S = typename State::shape_type;
+  auto sizes = std::array<std::int64_t, S::rank>{};
+  for (std::size_t i = 0; i + 1 < S::rank; ++i) sizes[i] = c.shape()[i];
+  sizes[S::rank - 1] = 2;
+  return S(sizes);
+}
+
+// --- The fused cell ------------------------------------------------------------------
 
 template <class T>
 T sigmoid(T v) {
   return T{1} / (T{1} + std::exp(-v));
 }
 
-// What a step keeps for its gradient, per local (batch row, unit): the four
-// gate activations i, f, g, o, and c (before) and tanh(c') (after).
+// What a step keeps for its gradient, per local (row, unit): the four gate
+// activations i, f, g, o, and c (before) and tanh(c') (after).
 template <class T>
 struct step_memory {
-  backend::storage<T> gates;  // [b, u, 4]
-  backend::storage<T> cells;  // [b, u, 2]: c, tanh(c')
+  backend::storage<T> gates;  // [r, u, 4]
+  backend::storage<T> cells;  // [r, u, 2]: c, tanh(c')
 };
 
-// d(pre-activations) [b, u, 4] and d(c) [b, u] from d(h', c') [b, u, 2].
+// d(pre-activations) [r, u, 4] and d(c) [r, u] from d(h', c') [r, u, 2].
 template <class T>
 void gate_gradients(const step_memory<T>& mem, std::span<const T> dstate, T* dz, T* dc_prev) {
   const auto gates = backend::view(mem.gates), cells = backend::view(mem.cells);
@@ -405,15 +471,26 @@ void gate_gradients(const step_memory<T>& mem, std::span<const T> dstate, T* dz,
   }
 }
 
-// One LSTM step: state' = cell(xh, state, w), with KA the axis splitting k
-// and NA the one splitting n (void: whole).
-template <class KA, class NA, class XH, class State, class W>
-State step(const XH& xh, const State& prev, const std::shared_ptr<const W>& w) {
+// The weight's gradient over the batch: which axes split the batch, learnt
+// from the first step that uses the weight.
+template <std::size_t Rank>
+struct batch_sum {
+  bool known = false;
+  std::array<bool, Rank> axes{};
+};
+
+// One cell: (h', c') = cell(xh, c, w), in the kernel's order, with KA the axis
+// splitting k and NA the one splitting n (void: whole). The weight's gradient
+// is left as this device's partial sum over the batch.
+template <class KA, class NA, class State, class XH, class C, class W>
+State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
   using T = typename State::value_type;
-  State out(prev.mesh(), prev.shape(), uninitialized);
+  State out(c.mesh(), state_shape<State>(c), uninitialized);
   auto mem = std::make_shared<step_memory<T>>();
-  const std::int64_t rows = xh.local_extent()[0], kl = xh.local_extent()[1];
-  const std::int64_t units = out.local_extent()[1], nl = 4 * units;
+  const auto xe = xh.local_extent();
+  const std::int64_t kl = xe[XH::rank - 1];
+  const std::int64_t rows = kl == 0 ? 0 : static_cast<std::int64_t>(xh.local().size()) / kl;
+  const std::int64_t units = c.local_extent()[C::rank - 1], nl = 4 * units;
   if (xh.holds_data()) {
     // z = xh . w: partial sums over this device's k, then over all of k.
     mem->gates.resize(static_cast<std::size_t>(rows * nl));
@@ -428,14 +505,14 @@ State step(const XH& xh, const State& prev, const std::shared_ptr<const W>& w) {
     mem->cells.resize(static_cast<std::size_t>(rows * units * 2));
     auto cells = backend::view(mem->cells);
     auto o = out.local();
-    auto p = prev.local();
+    auto p = c.local();
     for (std::int64_t r = 0; r < rows * units; ++r) {
       T* q = z + 4 * r;
       const T i = sigmoid(q[0]), f = sigmoid(q[1]), g = std::tanh(q[2]), og = sigmoid(q[3]);
-      const T c = p[2 * r + 1];
-      const T c_new = f * c + i * g, tc = std::tanh(c_new);
+      const T c_old = p[r];
+      const T c_new = f * c_old + i * g, tc = std::tanh(c_new);
       q[0] = i, q[1] = f, q[2] = g, q[3] = og;
-      cells[2 * r] = c, cells[2 * r + 1] = tc;
+      cells[2 * r] = c_old, cells[2 * r + 1] = tc;
       o[2 * r] = og * tc, o[2 * r + 1] = c_new;
     }
   }
@@ -458,21 +535,14 @@ State step(const XH& xh, const State& prev, const std::shared_ptr<const W>& w) {
     }
     return dxh;
   };
-  // d(c) = dc * f. The previous state's h is not used here: it came in
-  // through xh.
-  auto grad_prev = [dz_of](const State& dy) {
-    State g(dy.mesh(), dy.shape());
-    if (dy.holds_data()) {
-      backend::storage<T> dc(dy.local().size() / 2);
-      dz_of(dy, backend::view(dc).data());
-      auto gv = g.local();
-      auto d = backend::view(dc);
-      for (std::size_t r = 0; r < d.size(); ++r) gv[2 * r + 1] = d[r];
-    }
+  // d(c) = dc * f.
+  auto grad_c = [dz_of, cs = c.shape()](const State& dy) {
+    C g(dy.mesh(), cs, uninitialized);
+    if (dy.holds_data()) dz_of(dy, g.local().data());
     return g;
   };
   // d(w) = xh^T . dz over this device's part of the batch only: the
-  // partial sums of all steps are allreduced once (weight_for_steps).
+  // partial sums of all steps are allreduced once (lstm_weight).
   std::optional<XH> xv;  // kept only when w's gradient is wanted
   if (w->tracked() && autodiff::recording()) xv = xh.detached();
   auto grad_w = [dz_of, xv = std::move(xv), ws = w->shape(), rows, kl, nl](const State& dy) {
@@ -485,86 +555,363 @@ State step(const XH& xh, const State& prev, const std::shared_ptr<const W>& w) {
     }
     return g;
   };
-  return record(std::move(out), "lstm step", gradient_of(xh, std::move(grad_xh)),
-                gradient_of(prev, std::move(grad_prev)), gradient_of(*w, std::move(grad_w)));
+  return record(std::move(out), "lstm step", gradient_of(xh, std::move(grad_xh)), gradient_of(c, std::move(grad_c)),
+                gradient_of(*w, std::move(grad_w)));
 }
 
 }  // namespace lstm_detail
 
-// The states of both layers, all zero.
-template <class X, class W0, class W1>
-typename lstm_detail::types<X, W0, W1>::states_t lstm_zero_states(const X& x, const W0& w0, const W1& w1) {
-  using ty = lstm_detail::types<X, W0, W1>;
-  using M0 = typename W0::mesh_type;
-  using M1 = typename W1::mesh_type;
-  lstm_detail::check_weights<ty>(x, w0, w1);
-  const std::int64_t batch = x.shape()[0], units = x.shape()[2];
-  return {typename ty::template h_t<M0>(w0.mesh(), {batch, units}),
-          typename ty::template c_t<M0>(w0.mesh(), {batch, units}),
-          typename ty::template h_t<M1>(w1.mesh(), {batch, units}),
-          typename ty::template c_t<M1>(w1.mesh(), {batch, units})};
+// A weight as a sequence of steps uses it. Make it once, before the first
+// step: the steps' gradients add up in it as partial sums over each
+// device's part of the batch, and backward allreduces them over the batch's
+// axes once, after the last step, instead of once per step.
+//
+//   const typemesh::lstm_weight w0_steps(w0);
+//   for (...) state = typemesh::lstm_step(x_t, state.h, state.c, w0_steps);
+template <class W>
+  requires is_tensor<W>
+class lstm_weight {
+ public:
+  using tensor_type = W;
+
+  explicit lstm_weight(const W& w) : sum_(std::make_shared<sum_t>()) {
+    used_ = std::make_shared<const W>(
+        record(w.detached(), "lstm weight (steps' gradients summed over the batch)",
+               gradient_of(w, [sum = sum_](const W& partial) {
+                 W g = partial.detached();
+                 if (sum->known && g.holds_data()) {
+                   group grp = g.mesh().group_along(g.device(), sum->axes);
+                   if (grp.size() > 1) this_device().allreduce(grp, g.local());
+                 }
+                 return g;
+               })));
+  }
+
+  const W& value() const { return *used_; }
+  const std::shared_ptr<const W>& shared() const { return used_; }
+
+  // A step whose batch-like dims are split over `axes` uses the weight.
+  void used_with(const std::array<bool, W::mesh_type::rank>& axes) const {
+    if (!sum_->known) {
+      sum_->known = true;
+      sum_->axes = axes;
+    } else if (sum_->axes != axes) {
+      throw error(detail::cat("lstm_weight: steps whose inputs split their batch-like dims over different "
+                                     "mesh axes use one weight on ", used_->mesh().describe(),
+                                     "; its gradient is summed over one set of axes, so lay the inputs out alike"));
+    }
+  }
+
+ private:
+  using sum_t = lstm_detail::batch_sum<W::mesh_type::rank>;
+  std::shared_ptr<const W> used_;
+  std::shared_ptr<sum_t> sum_;
+};
+
+template <class T>
+inline constexpr bool is_lstm_weight = false;
+template <class W>
+inline constexpr bool is_lstm_weight<lstm_weight<W>> = true;
+
+namespace lstm_detail {
+template <class W>
+struct weight_tensor {
+  using type = W;
+};
+template <class W>
+struct weight_tensor<lstm_weight<W>> {
+  using type = W;
+};
+template <class W>
+using weight_tensor_t = typename weight_tensor<W>::type;
+}  // namespace lstm_detail
+
+// One LSTM step on the weight's mesh: (h', c') from the input x_t, the state
+// (h, c) and the weight w (a tensor, or an lstm_weight shared by the steps of
+// a sequence). h' has x_t's type, c' c's; a recorded operation with its own
+// gradient.
+template <class X, class H, class C, class WArg>
+  requires is_tensor<X>
+auto lstm_step(const X& x_t, const H& h, const C& c, const WArg& w) {
+  using W = lstm_detail::weight_tensor_t<WArg>;
+  constexpr bool ok = lstm_detail::check_step<X, W, H, C>();
+  if constexpr (!ok) {
+    return diagnostic::after_failure<lstm_state<X, X>>();
+  } else if constexpr (!is_lstm_weight<WArg>) {
+    return lstm_step(x_t, h, c, lstm_weight<W>(w));
+  } else {
+    using r = lstm_detail::roles<X, W>;
+    using h_t = typename r::h_t;
+    using c_t = typename r::c_t;
+    const h_t& hx = lstm_detail::as_type<h_t>(h);
+    const c_t& cx = lstm_detail::as_type<c_t>(c);
+    lstm_detail::check_step_sizes<r>(x_t, hx, cx, w.value());
+    w.used_with(r::batch_axes());
+
+    using xk = typename r::x_kernel;
+    const auto xh = lstm_detail::interleave<typename r::k>(lstm_detail::in_order<xk>(x_t),
+                                                           lstm_detail::in_order<xk>(hx));
+    const auto state = lstm_detail::cell<typename r::k_axis, typename r::n_axis, typename r::state_kernel>(
+        xh, lstm_detail::in_order<typename r::c_kernel>(cx), w.shared());
+    // h' from n's axis to k's, on the same mesh (see the top of this file).
+    auto h_new = replace_mesh<typename r::LX>(lstm_detail::part_of<typename r::hn_kernel, 0>(state), x_t.mesh());
+    return lstm_state<h_t, c_t>{lstm_detail::to_order<h_t>(std::move(h_new)),
+                                lstm_detail::to_order<c_t>(lstm_detail::part_of<typename r::c_kernel, 1>(state))};
+  }
 }
 
-// The two-layer LSTM over x from the given initial states: y[:, t, :] is
-// layer 1's h after step t, on w1's mesh, laid out as x.
-template <class X, class W0, class W1, class States>
-typename lstm_detail::types<X, W0, W1>::y_t lstm_two_layer(const X& x, const W0& w0, const W1& w1,
-                                                           const States& initial) {
-  using ty = lstm_detail::types<X, W0, W1>;
-  using M0 = typename W0::mesh_type;
-  using M1 = typename W1::mesh_type;
-  using KA = typename ty::k_axis;
-  using NA = typename ty::n_axis;
-  using h_layout = typename ty::h_layout;
-  using h0_t = typename ty::template h_t<M0>;
-  using h1_t = typename ty::template h_t<M1>;
-  using hn0_t = typename ty::template hn_t<M0>;
-  using hn1_t = typename ty::template hn_t<M1>;
-  using state0_t = typename ty::template state_t<M0>;
-  using state1_t = typename ty::template state_t<M1>;
-  using y_t = typename ty::y_t;
+// x at time step t: x without its Time dim. Its gradient is added into x's
+// in place (no x-sized temporary per step).
+template <class Time, class T, class S, class L, class M>
+auto time_step(const tensor<T, S, L, M>& x, std::int64_t t) {
+  using X = tensor<T, S, L, M>;
+  using Y = tensor<T, shape_without<S, Time>, L, M>;
+  if constexpr (!lstm_detail::check_time<Time, X>()) {
+    return diagnostic::after_failure<X>();
+  } else {
+    const std::int64_t steps = x.shape().template size<Time>();
+    if (t < 0 || t >= steps) {
+      throw shape_error(detail::cat("time_step: step ", t, " of ", Time::name, "=", steps, " in ",
+                                    x.shape().describe()));
+    }
+    Y out(x.mesh(), shape_from<shape_without<S, Time>>(x.shape()), uninitialized);
+    const auto e = lstm_detail::around<Time, S>(x.local_extent());
+    if (x.holds_data()) {
+      backend::copy_box(x.local().data(), backend::region<3>{e, {0, t, 0}}, out.local().data(),
+                        backend::region<3>{{e[0], 1, e[2]}, {}}, {e[0], 1, e[2]});
+    }
+    if (!autodiff::recording() || !x.tracked()) return out;
+    auto n = autodiff::make_node("lstm time step");
+    lstm_detail::add_in_place_edge<Y>(*n, x, [t](const Y& dy, X& dx) {
+      const auto e = lstm_detail::around<Time, S>(dx.local_extent());
+      auto g = dx.local();
+      auto d = dy.local();
+      for (std::int64_t o = 0; o < e[0]; ++o)
+        for (std::int64_t i = 0; i < e[2]; ++i) g[(o * e[1] + t) * e[2] + i] += d[o * e[2] + i];
+    });
+    out.set_node(std::move(n));
+    return out;
+  }
+}
 
-  // The states in the layouts the steps use (the same up to entry order).
-  const typename ty::states_t s{initial.h0, initial.c0, initial.h1, initial.c1};
-  lstm_detail::check_weights<ty>(x, w0, w1);
-  lstm_detail::check_states<ty>(x, w0, w1, s);
-  const M0& m0 = w0.mesh();
-  const M1& m1 = w1.mesh();
-  const std::int64_t steps = x.shape()[1];
+// The steps stacked along the one dim of Shape that they lack (the time
+// dim, of size steps.size()), in Shape's order; laid out as the steps.
+template <class Shape, class T, class SH, class L, class M>
+auto stack_steps(const std::vector<tensor<T, SH, L, M>>& steps) {
+  using H = tensor<T, SH, L, M>;
+  using Y = tensor<T, Shape, L, M>;
+  constexpr bool ok =
+      diagnostic::stack_steps_adds_not_one_dim<Shape, SH,
+                                               !(Shape::rank == SH::rank + 1 && shape_minus<SH, Shape>::rank == 0)>::passed;
+  if constexpr (!ok) {
+    return diagnostic::after_failure<H>();
+  } else {
+    using Time = typename lstm_detail::first_dim<shape_minus<Shape, SH>>::type;
+    if (steps.empty()) throw shape_error(detail::cat("stack_steps: no steps to stack along ", Time::name));
+    auto sizes = std::array<std::int64_t, Shape::rank>{};
+    const auto step_shape = steps.front().shape();
+    [&]<class... Ds>(type_list<Ds...>) {
+      std::size_t i = 0;
+      ((sizes[i++] = std::is_same_v<Ds, Time> ? static_cast<std::int64_t>(steps.size())
+                                              : lstm_detail::size_or_zero<Ds>(step_shape)),
+       ...);
+    }(dims_of<Shape>{});
+    for (const auto& h : steps) {
+      if (!(h.shape() == step_shape) || !(h.mesh() == steps.front().mesh())) {
+        throw shape_error(detail::cat("stack_steps: a step of shape ", h.shape().describe(), " on ",
+                                      h.mesh().describe(), " among steps of shape ", step_shape.describe(), " on ",
+                                      steps.front().mesh().describe()));
+      }
+    }
+    Y out(steps.front().mesh(), Shape(sizes), uninitialized);
+    const auto e = lstm_detail::around<Time, Shape>(out.local_extent());
+    if (out.holds_data()) {
+      for (std::size_t t = 0; t < steps.size(); ++t) {
+        backend::copy_box(steps[t].local().data(), backend::region<3>{{e[0], 1, e[2]}, {}}, out.local().data(),
+                          backend::region<3>{e, {0, static_cast<std::int64_t>(t), 0}}, {e[0], 1, e[2]});
+      }
+    }
+    bool any_tracked = false;
+    for (const auto& h : steps) any_tracked = any_tracked || h.tracked();
+    if (!autodiff::recording() || !any_tracked) return out;
+    auto n = autodiff::make_node("lstm steps stacked");
+    for (std::size_t t = 0; t < steps.size(); ++t) {
+      lstm_detail::add_in_place_edge<Y>(*n, steps[t], [t = static_cast<std::int64_t>(t)](const Y& dy, H& dh) {
+        const auto e = lstm_detail::around<Time, Shape>(dy.local_extent());
+        auto g = dh.local();
+        auto d = dy.local();
+        for (std::int64_t o = 0; o < e[0]; ++o)
+          for (std::int64_t i = 0; i < e[2]; ++i) g[o * e[2] + i] += d[(o * e[1] + t) * e[2] + i];
+      });
+    }
+    out.set_node(std::move(n));
+    return out;
+  }
+}
 
-  // Recorded first, so that in backward their batch allreduces run last,
-  // after every step has added its partial sums.
-  const auto w0_steps = lstm_detail::weight_for_steps<typename ty::batch_axis>(w0);
-  const auto w1_steps = lstm_detail::weight_for_steps<typename ty::batch_axis>(w1);
-  state0_t state0 = lstm_detail::initial_state<state0_t>(s.c0);
-  state1_t state1 = lstm_detail::initial_state<state1_t>(s.c1);
-  h0_t h0 = s.h0;
-  h1_t h1 = s.h1;
+// A zero state for a layer with weight w (a tensor or an lstm_weight) over
+// the sequence x, whose time dim is Time: h and c on w's mesh.
+template <class Time, class X, class WArg>
+  requires is_tensor<X>
+auto lstm_zero_state(const X& x, const WArg& w_arg) {
+  using W = lstm_detail::weight_tensor_t<WArg>;
+  using T = typename X::value_type;
+  if constexpr (!lstm_detail::check_time<Time, X>()) {
+    return diagnostic::after_failure<lstm_state<X, X>>();
+  } else {
+    using XT = tensor<T, shape_without<typename X::shape_type, Time>, typename X::layout_type, typename W::mesh_type>;
+    if constexpr (!lstm_detail::check_roles<XT, W>()) {
+      return diagnostic::after_failure<lstm_state<X, X>>();
+    } else {
+      using r = lstm_detail::roles<XT, W>;
+      const W& w = [&]() -> const W& {
+        if constexpr (is_lstm_weight<WArg>) return w_arg.value();
+        else return w_arg;
+      }();
+      // c has h's sizes: units along n instead of k.
+      const auto h_shape = shape_from<typename r::SX>(x.shape());
+      const std::int64_t units = h_shape.template size<typename r::k>();
+      lstm_detail::check_units_split<typename r::k_axis>(units, w.mesh(), r::k::name);
+      lstm_detail::check_units_split<typename r::n_axis>(units, w.mesh(), r::n::name);
+      return lstm_state<typename r::h_t, typename r::c_t>{
+          typename r::h_t(w.mesh(), h_shape), typename r::c_t(w.mesh(), typename r::c_t::shape_type(h_shape.sizes()))};
+    }
+  }
+}
 
-  // One loop for both layers, in the order that lets them overlap on
-  // disjoint meshes: layer 0's step t, its h sent to layer 1's mesh, then
-  // layer 1's step t (which, on layer 0's devices, does nothing).
-  std::vector<h1_t> outputs;
+namespace lstm_detail {
+
+// The layers of lstm<Time>, time step by time step.
+template <class Time, class XT, class W, class X, class Weights, class States>
+X stack(const X& x, const Weights& weights, const States& initial) {
+  const std::size_t layers = std::ranges::size(weights);
+  if (layers == 0) throw shape_error("lstm: no weights, so no layers");
+  if (std::ranges::size(initial) != layers) {
+    throw shape_error(detail::cat("lstm: ", layers, " weights but ", std::ranges::size(initial),
+                                  " initial states; give one state per layer"));
+  }
+  using r = lstm_detail::roles<XT, W>;
+  // Made first, so that in backward their batch allreduces run last.
+  std::vector<lstm_weight<W>> used;
+  std::vector<typename r::state_t> state;
+  for (const auto& w : weights) used.emplace_back(w);
+  for (const auto& s : initial) state.push_back({s.h, s.c});
+  const std::int64_t steps = x.shape().template size<Time>();
+  std::vector<XT> outputs;
   outputs.reserve(static_cast<std::size_t>(steps));
   for (std::int64_t t = 0; t < steps; ++t) {
-    const auto x_t = lstm_detail::time_step<h0_t>(x, t);
-    state0 = lstm_detail::step<KA, NA>(lstm_detail::interleave(x_t, h0), state0, w0_steps);
-    const auto h0_n = lstm_detail::hidden_of<hn0_t>(state0);
-    // To layer 1 first, so that its devices can start on step t at once.
-    const h1_t in1 = replace_mesh<h_layout>(h0_n, m1);
-    if (t + 1 < steps) h0 = replace_mesh<h_layout>(h0_n, m0);  // n's axis -> k's axis
-
-    state1 = lstm_detail::step<KA, NA>(lstm_detail::interleave(in1, h1), state1, w1_steps);
-    h1 = replace_mesh<h_layout>(lstm_detail::hidden_of<hn1_t>(state1), m1);
-    outputs.push_back(h1);
+    XT in = time_step<Time>(x, t);
+    for (std::size_t l = 0; l < layers; ++l) {
+      state[l] = lstm_step(in, state[l].h, state[l].c, used[l]);
+      in = state[l].h;
+    }
+    outputs.push_back(std::move(in));
   }
-  return lstm_detail::stack_time<y_t>(outputs, x.shape(), m1);
+  return stack_steps<typename X::shape_type>(outputs);
+}
+}  // namespace lstm_detail
+
+// A stack of LSTM layers on x's mesh over the time dim Time: layer 0 reads
+// x, layer l + 1 reads layer l's h; y holds the top layer's h after each
+// step, as x's type. `weights` holds one weight per layer, all of one type;
+// `initial` one state per layer (lstm_zero_state makes them).
+template <class Time, class X, class Weights, class States>
+  requires is_tensor<X> && std::ranges::range<Weights>
+X lstm(const X& x, const Weights& weights, const States& initial) {
+  using W = lstm_detail::weight_tensor_t<std::ranges::range_value_t<Weights>>;
+  using T = typename X::value_type;
+  if constexpr (!lstm_detail::check_time<Time, X>()) {
+    return diagnostic::after_failure<X>();
+  } else {
+    using XT = tensor<T, shape_without<typename X::shape_type, Time>, typename X::layout_type, typename X::mesh_type>;
+    if constexpr (!lstm_detail::check_roles<XT, W>()) return diagnostic::after_failure<X>();
+    else return lstm_detail::stack<Time, XT, W>(x, weights, initial);
+  }
 }
 
+
 // The same from zero initial states.
-template <class X, class W0, class W1>
-typename lstm_detail::types<X, W0, W1>::y_t lstm_two_layer(const X& x, const W0& w0, const W1& w1) {
-  return lstm_two_layer(x, w0, w1, lstm_zero_states(x, w0, w1));
+template <class Time, class X, class Weights>
+  requires is_tensor<X> && std::ranges::range<Weights>
+X lstm(const X& x, const Weights& weights) {
+  using W = lstm_detail::weight_tensor_t<std::ranges::range_value_t<Weights>>;
+  using T = typename X::value_type;
+  if constexpr (!lstm_detail::check_time<Time, X>()) {
+    return diagnostic::after_failure<X>();
+  } else {
+    using XT = tensor<T, shape_without<typename X::shape_type, Time>, typename X::layout_type, typename X::mesh_type>;
+    if constexpr (!lstm_detail::check_roles<XT, W>()) {
+      return diagnostic::after_failure<X>();
+    } else {
+      std::vector<typename lstm_detail::roles<XT, W>::state_t> zero;
+      for (const auto& w : weights) zero.push_back(lstm_zero_state<Time>(x, w));
+      return lstm_detail::stack<Time, XT, W>(x, weights, zero);
+    }
+  }
+}
+
+// --- Weights in the standard layout --------------------------------------------------
+
+namespace lstm_detail {
+
+TYPEMESH_DIAGNOSTIC(standard_weight_needs_k_and_one_more_dim, (class K, class Shape), (K, Shape),
+                    "lstm_weight_from_standard<K> / lstm_weight_to_standard<K>: the weight must have two dims, "
+                    "K (input then hidden units) and the gate dim; K and the weight's shape are the arguments "
+                    "above");
+
+// Maps between the standard and the interleaved weight; Interleave says which
+// way. Standard: row s*u + v is unit v of x (s = 0) or h (s = 1); column
+// q*u + v is gate q of unit v. Interleaved: row 2v + s, column 4v + q.
+template <class K, bool Interleave, class T, class S>
+host_tensor<T, S> convert_weight(const host_tensor<T, S>& in, const char* op) {
+  constexpr bool ok =
+      standard_weight_needs_k_and_one_more_dim<K, S, !(S::rank == 2 && shape_contains<S, K>)>::passed;
+  if constexpr (!ok) {
+    return diagnostic::after_failure<host_tensor<T, S>>();
+  } else {
+    using N = typename first_dim<shape_without<S, K>>::type;
+    const std::int64_t rows = in.shape().template size<K>(), cols = in.shape().template size<N>();
+    const std::int64_t u = rows / 2;
+    if (rows % 2 != 0 || cols != 4 * u) {
+      throw shape_error(detail::cat(op, ": the weight has shape ", in.shape().describe(), "; an LSTM of u units has ",
+                                    K::name, "=2u (input then hidden units) and ", N::name,
+                                    "=4u (gates i, f, g, o)"));
+    }
+    host_tensor<T, S> out(in.shape());
+    auto at = [](std::int64_t k, std::int64_t n) {
+      std::array<std::int64_t, 2> i{};
+      i[S::template index_of<K>] = k;
+      i[S::template index_of<N>] = n;
+      return i;
+    };
+    for (std::int64_t s = 0; s < 2; ++s)
+      for (std::int64_t v = 0; v < u; ++v)
+        for (std::int64_t q = 0; q < 4; ++q)
+          for (std::int64_t w = 0; w < u; ++w) {
+            const auto standard = at(s * u + v, q * u + w), interleaved = at(2 * v + s, 4 * w + q);
+            if constexpr (Interleave) out[interleaved] = in[standard];
+            else out[standard] = in[interleaved];
+          }
+    return out;
+  }
+}
+
+}  // namespace lstm_detail
+
+// A standard [x | h] x [i | f | g | o] weight (the order PyTorch's and
+// TensorFlow's LSTMs use, with rows the input units then the hidden units,
+// and columns the i, f, g, o blocks of units; PyTorch's weight_ih and
+// weight_hh stacked side by side and transposed) in the per-unit layout of
+// lstm_step. K names the rows' dim, whatever its position.
+template <class K, class T, class S>
+host_tensor<T, S> lstm_weight_from_standard(const host_tensor<T, S>& standard) {
+  return lstm_detail::convert_weight<K, true>(standard, "lstm_weight_from_standard");
+}
+
+// The reverse: lstm_step's per-unit weight as a standard [x | h] x [i | f | g | o] matrix.
+template <class K, class T, class S>
+host_tensor<T, S> lstm_weight_to_standard(const host_tensor<T, S>& interleaved) {
+  return lstm_detail::convert_weight<K, false>(interleaved, "lstm_weight_to_standard");
 }
 
 }  // namespace typemesh
