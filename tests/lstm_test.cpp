@@ -357,7 +357,11 @@ std::vector<values> stack_in_order(const std::vector<values>& in) {
   using SCo = typemesh::shape_replace<SHo, k, n>;
   return typemesh::launch(8, [&] {
     stack_mesh m({2, 2, 2});
-    auto x = import_tensor<LX>(m, host(typemesh::shape_from<SXo>(SX{B, T, U}), permuted<SXo>(host(SX{B, T, U}, in[0]))));
+    // A whole tensor given as [batch, time, k] etc., imported with its dims in the order of S.
+    auto in_order = [&]<class S, class Canonical>(const Canonical& sizes, const values& v) {
+      return host(typemesh::shape_from<S>(sizes), permuted<S>(host(sizes, v)));
+    };
+    auto x = import_tensor<LX>(m, in_order.template operator()<SXo>(SX{B, T, U}, in[0]));
     using w_t = typemesh::tensor<double, SW, LW, stack_mesh>;
     std::vector<w_t> w;
     for (int l = 0; l < 2; ++l) w.push_back(import_tensor<LW>(m, host(SW{2 * U, 4 * U}, in[1 + l])));
@@ -365,9 +369,8 @@ std::vector<values> stack_in_order(const std::vector<values>& in) {
     static_assert(std::is_same_v<typename decltype(state_t::c)::shape_type, SCo>);
     std::vector<state_t> states;
     for (int l = 0; l < 2; ++l) {
-      states.push_back(
-          {import_tensor<LX>(m, host(typemesh::shape_from<SHo>(SH{B, U}), permuted<SHo>(host(SH{B, U}, in[4 + 2 * l])))),
-           import_tensor<LC>(m, host(typemesh::shape_from<SCo>(SC{B, U}), permuted<SCo>(host(SC{B, U}, in[5 + 2 * l]))))});
+      states.push_back({import_tensor<LX>(m, in_order.template operator()<SHo>(SH{B, U}, in[4 + 2 * l])),
+                        import_tensor<LC>(m, in_order.template operator()<SCo>(SC{B, U}, in[5 + 2 * l]))});
     }
     x.requires_grad("x");
     for (auto& t : w) t.requires_grad("w");
