@@ -596,9 +596,9 @@ class lstm_weight {
       sum_->known = true;
       sum_->axes = axes;
     } else if (sum_->axes != axes) {
-      throw error(detail::cat("lstm_weight: steps whose inputs split their batch-like dims over different "
-                                     "mesh axes use one weight on ", used_->mesh().describe(),
-                                     "; its gradient is summed over one set of axes, so lay the inputs out alike"));
+      throw error(detail::cat("lstm_weight: steps whose inputs split their batch-like dims over different mesh "
+                              "axes use one weight on ", used_->mesh().describe(),
+                              "; its gradient is summed over one set of axes, so lay the inputs out alike"));
     }
   }
 
@@ -700,9 +700,8 @@ template <class Shape, class T, class SH, class L, class M>
 auto stack_steps(const std::vector<tensor<T, SH, L, M>>& steps) {
   using H = tensor<T, SH, L, M>;
   using Y = tensor<T, Shape, L, M>;
-  constexpr bool ok =
-      diagnostic::stack_steps_adds_not_one_dim<Shape, SH,
-                                               !(Shape::rank == SH::rank + 1 && shape_minus<SH, Shape>::rank == 0)>::passed;
+  constexpr bool adds_one_dim = Shape::rank == SH::rank + 1 && shape_minus<SH, Shape>::rank == 0;
+  constexpr bool ok = diagnostic::stack_steps_adds_not_one_dim<Shape, SH, !adds_one_dim>::passed;
   if constexpr (!ok) {
     return diagnostic::after_failure<H>();
   } else {
