@@ -138,8 +138,10 @@ TEST(Dense, PermutedOperandsGiveTheCanonicalValues) {
       for (int j = 0; j < 8; ++j) EXPECT_NEAR((whole_p[{i, j}]), (whole[{i, j}]), 1e-12);
     typemesh::backward(typemesh::reduce_sum(y * y));
     typemesh::backward(typemesh::reduce_sum(yp * yp));
-    const auto gx = typemesh::export_tensor(x.grad()), gxp = typemesh::export_tensor(xp.grad());
-    const auto gw = typemesh::export_tensor(w.grad()), gwp = typemesh::export_tensor(wp.grad());
+    const auto gx = typemesh::export_tensor(x.grad());
+    const auto gxp = typemesh::export_tensor(xp.grad());
+    const auto gw = typemesh::export_tensor(w.grad());
+    const auto gwp = typemesh::export_tensor(wp.grad());
     for (int q = 0; q < 6; ++q) {
       for (int i = 0; i < 4; ++i) EXPECT_NEAR((gxp[{q, i}]), (gx[{i, q}]), 1e-12);
       for (int j = 0; j < 8; ++j) EXPECT_NEAR((gwp[{j, q}]), (gw[{q, j}]), 1e-12);
