@@ -224,8 +224,8 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
                                      " layers with more than ", opt.max_table_entries, " entries"));
     }
     res.largest_table = std::max(res.largest_table, entries);
-    const std::uint64_t table_bytes = entries * (sizeof(double) + sizeof(std::int32_t));
-    if (table_bytes > opt.max_bytes || live_bytes > opt.max_bytes - table_bytes)
+    constexpr std::uint64_t entry_bytes = sizeof(double) + sizeof(std::int32_t);
+    if (entries > opt.max_bytes / entry_bytes || live_bytes > opt.max_bytes - entries * entry_bytes)
       throw plan_error(detail::cat("eliminating layer ", p.name(v), " needs a table of ", entries, " entries; with ",
                                    live_bytes, " bytes of tables kept that is more than the search's limit of ",
                                    opt.max_bytes, " bytes"));
