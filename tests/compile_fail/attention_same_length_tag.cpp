@@ -1,8 +1,9 @@
 // multihead_attention with the query and the memory under the same length
 // tag (self-attention passing x twice): the logits [batch, heads, length,
-// memory_length] would name length twice.
+// memory_length] would name length twice. (d_k and d_v are one dim, d_kv, as
+// in Mesh-TensorFlow, so heads is named too.)
 // expect: typemesh: multihead_attention needs the memory's length dim to be another tag than the query's
-// expect: (multihead_attention\(.*\) \[with T = float; B = batch; Len = seq; DM = d_model; MLen = seq;|multihead_attention<float, batch, seq, d_model, seq,)
+// expect: diagnostic::attention_same_length_dim<seq,
 #include <typemesh/layers/attention.hpp>
 
 #include "common.hpp"
@@ -21,10 +22,10 @@ using wo_t = tensor<float, shape<heads, d_kv, d_model>, layout<heads(axis1)>, gr
 
 #if FIXED
 auto attend(const x_t& x, const w_t& wq, const w_t& wk, const w_t& wv, const wo_t& wo) {
-  return multihead_attention(x, rename<seq, memory_seq>(x), wq, wk, wv, wo);
+  return multihead_attention<seq, memory_seq, heads>(x, rename<seq, memory_seq>(x), wq, wk, wv, wo);
 }
 #else
 auto attend(const x_t& x, const w_t& wq, const w_t& wk, const w_t& wv, const wo_t& wo) {
-  return multihead_attention(x, x, wq, wk, wv, wo);
+  return multihead_attention<seq, seq, heads>(x, x, wq, wk, wv, wo);
 }
 #endif

@@ -1,24 +1,89 @@
 // Dropout: each element is kept with probability 1 - rate and scaled by
 // 1 / (1 - rate), or set to zero.
 //
-//   auto h = typemesh::dropout(x, 0.1, typemesh::rng_key{seed, "layer3/dropout", step});
+//   auto h = typemesh::dropout(x, {.rate = 0.1, .key = typemesh::rng_key{seed, "layer3/dropout", step}});
 //
-// Whether element i is kept depends only on (seed, name, step, i), i being the
-// element's row-major index in the whole tensor, so the mask is the same under
-// every layout and device count. The gradient applies the same mask.
+// Whether an element is kept depends only on (seed, name, step) and on the
+// element's coordinates, taken dim by dim in the order of the dims' names:
+// so the mask is the same under every layout and device count, and a tensor
+// whose shape lists the same dims in another order gets the same mask at the
+// same coordinates (a layer that takes its dims in any order drops the same
+// elements). The gradient applies the same mask.
 #pragma once
 
+#include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <numeric>
+#include <string_view>
 
 #include "typemesh/autodiff/tape.hpp"
 #include "typemesh/core/error.hpp"
+#include "typemesh/core/shape_algebra.hpp"
 #include "typemesh/ops/random.hpp"
 #include "typemesh/ops/unary.hpp"
 #include "typemesh/tensor/tensor.hpp"
 
 namespace typemesh {
 
+// Options of dropout; the defaults drop nothing.
+struct dropout_options {
+  // The probability that an element is dropped, in [0, 1).
+  double rate = 0.0;
+  // Seed, name and step of the mask: another step (or name) draws another mask.
+  rng_key key{};
+};
+
 namespace dropout_detail {
+
+// Maps an element's row-major index in a tensor of shape S to its index with
+// the dims ordered by name, which does not depend on the order S lists them in.
+template <class S>
+class name_ordered_index {
+ public:
+  explicit name_ordered_index(const S& s) {
+    constexpr std::size_t r = S::rank;
+    if constexpr (r > 0) {
+      std::array<std::string_view, r> names{};
+      [&]<class... Ds>(type_list<Ds...>) {
+        std::size_t i = 0;
+        ((names[i++] = Ds::name), ...);
+      }(dims_of<S>{});
+      std::array<std::size_t, r> by_name{};
+      std::iota(by_name.begin(), by_name.end(), std::size_t{0});
+      std::stable_sort(by_name.begin(), by_name.end(),
+                       [&](std::size_t a, std::size_t b) { return names[a] < names[b]; });
+      std::array<std::int64_t, r> name_stride{};
+      std::int64_t stride = 1;
+      for (std::size_t j = r; j-- > 0;) {
+        name_stride[by_name[j]] = stride;
+        stride *= s[by_name[j]];
+      }
+      stride = 1;
+      for (std::size_t i = r; i-- > 0;) {
+        size_[i] = s[i];
+        row_stride_[i] = stride;
+        name_stride_[i] = name_stride[i];
+        stride *= s[i];
+      }
+      identity_ = std::is_sorted(by_name.begin(), by_name.end());
+    }
+  }
+
+  std::uint64_t operator()(std::uint64_t row_major) const {
+    if (identity_) return row_major;
+    const auto index = static_cast<std::int64_t>(row_major);
+    std::int64_t out = 0;
+    for (std::size_t i = 0; i < S::rank; ++i) out += index / row_stride_[i] % size_[i] * name_stride_[i];
+    return static_cast<std::uint64_t>(out);
+  }
+
+ private:
+  std::array<std::int64_t, S::rank> size_{}, row_stride_{}, name_stride_{};
+  bool identity_ = true;
+};
+
 // The factor each local element is multiplied by: 0 where dropped,
 // 1 / (1 - rate) where kept, as a tensor placed like `like`.
 template <class Tensor>
@@ -26,21 +91,26 @@ Tensor mask_like(const Tensor& like, double rate, const rng_key& key) {
   using T = typename Tensor::value_type;
   Tensor mask(like.mesh(), like.shape());
   const random_stream rng(key);
+  const name_ordered_index index(like.shape());
   const T keep = static_cast<T>(1.0 / (1.0 - rate));
   auto m = mask.local();
-  for_each_element(mask, [&](std::int64_t off, std::uint64_t i) { m[off] = rng.uniform(i) < rate ? T{0} : keep; });
+  for_each_element(mask, [&](std::int64_t off, std::uint64_t i) {
+    m[off] = rng.uniform(index(i)) < rate ? T{0} : keep;
+  });
   return mask;
 }
+
 }  // namespace dropout_detail
 
 template <class T, class S, class L, class M>
-tensor<T, S, L, M> dropout(const tensor<T, S, L, M>& x, double rate, const rng_key& key) {
+tensor<T, S, L, M> dropout(const tensor<T, S, L, M>& x, const dropout_options& options = {}) {
   using t = tensor<T, S, L, M>;
+  const double rate = options.rate;
   if (!(rate >= 0.0 && rate < 1.0)) {
-    throw error(detail::cat("dropout '", key.name, "': the rate must be in [0, 1), got ", rate));
+    throw error(detail::cat("dropout '", options.key.name, "': the rate must be in [0, 1), got ", rate));
   }
   if (rate == 0.0) return x;
-  t mask = dropout_detail::mask_like(x, rate, key);
+  t mask = dropout_detail::mask_like(x, rate, options.key);
   auto mul = [](T v, T f) { return v * f; };
   t y = ops_detail::apply2(x, mask, mul);
   return record(std::move(y), "dropout",
