@@ -373,6 +373,26 @@ TEST(Autodiff, ErrorsNameTheTensor) {
   });
 }
 
+// A layout written in another order than the shape's is the same layout: a
+// tensor converted to that spelling shares the gradient of the original, and
+// gradients pass through it.
+TEST(Autodiff, LayoutSpelledInAnotherOrderSharesTheGradient) {
+  const auto xs = random_values(24, 21);
+  typemesh::launch(4, [&] {
+    M2 m({2, 2});
+    auto x = import_tensor<layout<d1(a1), d0(a0)>>(m, host(shape<d0, d1>{4, 6}, xs));
+    x.requires_grad("x");
+    typemesh::tensor<double, shape<d0, d1>, layout<d0(a0), d1(a1)>, M2> y = x;  // the canonical spelling
+    typemesh::backward(typemesh::reduce_sum(y * y + x));
+    const auto g = typemesh::export_tensor(x.grad()), gy = typemesh::export_tensor(y.grad());
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 6; ++j) {
+        EXPECT_NEAR((g[{i, j}]), 2 * xs[i * 6 + j] + 1, 1e-12);
+        EXPECT_NEAR((gy[{i, j}]), (g[{i, j}]), 0.0);
+      }
+  });
+}
+
 // --- Optimizers: a variable without a gradient ------------------------------------
 
 // The values of a tensor on this device, as doubles (empty outside its mesh).

@@ -31,21 +31,37 @@ namespace typemesh {
 namespace autodiff {
 
 // Adds g to the gradient held by n (which belongs to a tensor of type In).
+// Gradients are held in In's canonical spelling, so that the tensors of every
+// spelling of a layout that share the node find it.
 template <class In, class G>
 void accumulate(node& n, G&& g) {
+  using held_t = typename In::canonical_type;
   if (!n.grad.has_value()) {
-    In converted(std::forward<G>(g));
+    held_t converted(std::forward<G>(g));
     converted.set_node(nullptr);
     n.grad = std::move(converted);
     return;
   }
-  auto& held = std::any_cast<In&>(n.grad);
-  const In add(std::forward<G>(g));
+  auto& held = std::any_cast<held_t&>(n.grad);
+  const held_t add(std::forward<G>(g));
   if (held.local().size() != add.local().size()) {
     throw shape_error(typemesh::detail::cat("gradient of '", n.what, "': a contribution of ", add.local().size(),
                                             " local elements meets ", held.local().size()));
   }
   backend::add_into(held.storage(), add.storage());
+}
+
+// The gradient a node holds, as a tensor of type Want: a reference when Want
+// is the canonical spelling it is held in, else a converted copy.
+template <class Want>
+decltype(auto) held_gradient(const std::any& g) {
+  using held_t = typename Want::canonical_type;
+  const held_t& held = std::any_cast<const held_t&>(g);
+  if constexpr (std::is_same_v<held_t, Want>) {
+    return held;
+  } else {
+    return Want(held);
+  }
 }
 
 template <class In, class F>
@@ -75,7 +91,7 @@ std::decay_t<Out> record(Out&& out, const char* what, autodiff::gradient_edge<In
     using in_t = std::remove_cvref_t<decltype(*e.input)>;
     if (!e.input->tracked()) return;
     n->edges.push_back({e.input->node(), [f = std::move(e.f)](const std::any& g, autodiff::node& in) {
-                          autodiff::accumulate<in_t>(in, f(std::any_cast<const out_t&>(g)));
+                          autodiff::accumulate<in_t>(in, f(autodiff::held_gradient<out_t>(g)));
                         }});
   };
   (add_edge(edges), ...);
@@ -150,7 +166,7 @@ auto grad(const Loss& loss, const X&... xs) {
     }
   } guard{saved, std::tie(xs...)};
   backward(loss);
-  return std::make_tuple(xs.grad().detached()...);
+  return std::make_tuple(X(xs.grad().detached())...);
 }
 
 }  // namespace typemesh

@@ -325,8 +325,10 @@ void add_in_place_edge(autodiff::node& n, const In& input, AddInto add_into) {
   if (!input.tracked()) return;
   n.edges.push_back({input.node(), [add_into = std::move(add_into), m = input.mesh(), s = input.shape()](
                                        const std::any& g, autodiff::node& in) {
-                       if (!in.grad.has_value()) in.grad = In(m, s);
-                       add_into(std::any_cast<const Out&>(g), std::any_cast<In&>(in.grad));
+                       // Held in the canonical spelling, as autodiff::accumulate holds gradients.
+                       using held_t = typename In::canonical_type;
+                       if (!in.grad.has_value()) in.grad = held_t(m, s);
+                       add_into(autodiff::held_gradient<Out>(g), std::any_cast<held_t&>(in.grad));
                      }});
 }
 
@@ -682,7 +684,7 @@ auto time_step(const tensor<T, S, L, M>& x, std::int64_t t) {
     }
     if (!autodiff::recording() || !x.tracked()) return out;
     auto n = autodiff::make_node("lstm time step");
-    lstm_detail::add_in_place_edge<Y>(*n, x, [t](const Y& dy, X& dx) {
+    lstm_detail::add_in_place_edge<Y>(*n, x, [t](const Y& dy, auto& dx) {
       const auto e = lstm_detail::around<Time, S>(dx.local_extent());
       auto g = dx.local();
       auto d = dy.local();
@@ -735,7 +737,7 @@ auto stack_steps(const std::vector<tensor<T, SH, L, M>>& steps) {
     if (!autodiff::recording() || !any_tracked) return out;
     auto n = autodiff::make_node("lstm steps stacked");
     for (std::size_t t = 0; t < steps.size(); ++t) {
-      lstm_detail::add_in_place_edge<Y>(*n, steps[t], [t = static_cast<std::int64_t>(t)](const Y& dy, H& dh) {
+      lstm_detail::add_in_place_edge<Y>(*n, steps[t], [t = static_cast<std::int64_t>(t)](const Y& dy, auto& dh) {
         const auto e = lstm_detail::around<Time, Shape>(dy.local_extent());
         auto g = dh.local();
         auto d = dy.local();

@@ -153,14 +153,21 @@ class tensor {
   // Whether `backward` has left a gradient for this tensor.
   bool has_grad() const { return node_ && node_->grad.has_value(); }
 
-  // This tensor's gradient after `backward`: its slice of d(loss)/d(tensor).
-  const tensor& grad() const {
+  // The same tensor type with its layout in canonical order: the type every
+  // spelling of this layout stores its gradient as, since tensors of two
+  // spellings can share one node (the converting constructor above).
+  using canonical_type = tensor<T, Shape, canonical<Shape, Layout>, Mesh>;
+
+  // This tensor's gradient after `backward`: its slice of d(loss)/d(tensor),
+  // as a tensor of the canonical spelling of this type (the same type when
+  // the layout is written in the shape's dim order, as ops write theirs).
+  const canonical_type& grad() const {
     if (!has_grad()) {
       throw error(detail::cat(node_ ? "'" + node_->what + "' " : std::string("a tensor "),
                               "has no gradient: ", node_ ? "backward has not reached it since its last reset"
                                                          : "it does not require one (call requires_grad or make it a variable)"));
     }
-    return std::any_cast<const tensor&>(node_->grad);
+    return std::any_cast<const canonical_type&>(node_->grad);
   }
   void zero_grad() {
     if (node_) node_->grad.reset();
