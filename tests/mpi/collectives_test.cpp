@@ -7,6 +7,9 @@
 //   --fail=timeout  rank 1 never joins an allreduce: rank 0 times out, job ends
 //   --fail=crash    rank 2 dies of SIGSEGV: its crash line, and the job ends
 //   --fail=kill     rank 2 is killed (SIGKILL): the launcher ends the job
+//   --fail=finished rank 0 returns while rank 1 waits for its message: at once
+//   --fail=leftover rank 0 sends a message nobody receives: named at the end
+//   --fail=skip_transfer  rank 3 skips a replace_mesh: the next one names both
 #include <mpi.h>
 
 #include <algorithm>
@@ -497,6 +500,31 @@ int fail(const std::string& how) {
       std::vector<int> all(n);
       std::iota(all.begin(), all.end(), 0);
       dev.allreduce<float>(group{all, "all"}, v);  // waits for device 2: default timeout is a minute
+    });
+  }
+  if (how == "finished") {
+    launch(n, [&](device& dev) {  // the default timeout: a minute
+      std::vector<float> v(4);
+      if (dev.id() == 0) dev.send<float>(1, v, 5);  // tag 5, not the 6 device 1 waits for
+      if (dev.id() == 1) {
+        dev.recv<float>(0, v, 5);
+        dev.recv<float>(0, v, 6);
+      }
+    });
+  } else if (how == "leftover") {
+    launch(n, [&](device& dev) {
+      std::vector<float> v(4);
+      if (dev.id() == 0) dev.send<float>(1, v, 4);
+    });
+  } else if (how == "skip_transfer") {
+    using S3 = typemesh::shape<d0, d1, d2>;
+    typemesh::host_tensor<float, S3> h(S3{4, 2, 2});
+    launch(n, [&](device& dev) {
+      typemesh::mesh<"one", a0> from({2}, {0, 1});
+      typemesh::mesh<"two", a0> to({2}, {2, 3});
+      auto x = typemesh::import_tensor<typemesh::layout<d0(a0)>>(from, h);
+      if (dev.id() != 3) (void)typemesh::replace_mesh<typemesh::layout<d0(a0)>>(x, to);  // device 3 skips it
+      (void)typemesh::replace_mesh<typemesh::layout<d1(a0)>>(x, to);
     });
   }
   return 0;  // not reached: the job is aborted

@@ -8,6 +8,9 @@
 #   mpi.abort_4, mpi.timeout_2, mpi.crash_4, mpi.kill_4: a throwing rank, a
 #     collective a member never joins, a crashing rank and a killed rank end
 #     the whole job with a message naming the rank instead of a hang.
+#   mpi.finished_2, mpi.leftover_2, mpi.skip_transfer_4: a recv from a rank
+#     that has returned fails at once, a message nobody received is named at
+#     the end, a skipped replace_mesh is named by the next one.
 #   mpi.programs_8, mpi.training_4: the conversion property test and a small
 #     network trained on both backends (losses and weights equal).
 include_guard(GLOBAL)
@@ -48,6 +51,24 @@ block(SCOPE_FOR VARIABLES)
     COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=crash ${MPIEXEC_POSTFLAGS})
   set_tests_properties(mpi.crash_4 PROPERTIES LABELS mpi TIMEOUT 60
     PASS_REGULAR_EXPRESSION "typemesh: rank 2 \\(device 2 of 4\\) crashed: SIGSEGV")
+  # A device that has returned is reported at once (the default timeout is a
+  # minute); a message nobody received is named at the end; a skipped
+  # replace_mesh is named by the next one.
+  typemesh_mpiexec(_mpiexec 2)
+  add_test(NAME mpi.finished_2
+    COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=finished ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(mpi.finished_2 PROPERTIES LABELS mpi TIMEOUT 30
+    PASS_REGULAR_EXPRESSION "rank 1 \\(device 1 of 2\\) failed: typemesh: recv on device 1 from device 0 \\(tag 6\\): device 0 has already finished the program without sending it")
+  add_test(NAME mpi.leftover_2
+    COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=leftover ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(mpi.leftover_2 PROPERTIES LABELS mpi TIMEOUT 30
+    PASS_REGULAR_EXPRESSION "device 0 sent device 1 16 bytes \\(tag 4\\), which device 1 never received")
+  typemesh_mpiexec(_mpiexec 4)
+  add_test(NAME mpi.skip_transfer_4
+    COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=skip_transfer ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(mpi.skip_transfer_4 PROPERTIES LABELS mpi TIMEOUT 30
+    PASS_REGULAR_EXPRESSION "rank 3 \\(device 3 of 4\\) failed: typemesh: replace_mesh from mesh 'one'.*belongs to replace_mesh from mesh 'one'")
+  typemesh_mpiexec(_mpiexec 4)
   # SIGKILL leaves no chance to print: the launcher's own report names the rank.
   add_test(NAME mpi.kill_4
     COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=kill ${MPIEXEC_POSTFLAGS})

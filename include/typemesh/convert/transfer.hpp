@@ -128,7 +128,7 @@ Out with_gradient(Out out, const In& x, const std::string& what) {
   using in_layout = typename In::layout_type;
   return record(std::move(out), "transfer",
                 gradient_of(x, [from = x.mesh(), op = cat("the gradient of ", what)](const Out& dy) {
-                  return transfer_as<in_layout>(transfer_description<in_layout>(op, dy, from), dy, from);
+                  return transfer_as<in_layout>(op, dy, from);
                 }));
 }
 

@@ -93,11 +93,15 @@ class mpi_state {
     check(MPI_Comm_dup(world, &world_), "MPI_Comm_dup");
     check(MPI_Comm_dup(world, &everyone_), "MPI_Comm_dup");
     check(MPI_Comm_dup(world, &labelled_), "MPI_Comm_dup");
+    check(MPI_Comm_dup(world, &notices_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(notices_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(everyone_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(labelled_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(world_, &rank_);
     MPI_Comm_size(world_, &size_);
+    sent_to_.assign(size_, 0);
+    received_from_.assign(size_, 0);
     // The ranks on this node: more than its cores, and spinning would starve them.
     MPI_Comm node = MPI_COMM_NULL;
     check(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
@@ -118,6 +122,13 @@ class mpi_state {
       MPI_Cancel(&s.request);
       MPI_Request_free(&s.request);
     }
+    for (auto& r : notice_sends_) {
+      if (r != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+      }
+    }
+    MPI_Comm_free(&notices_);
     for (auto& [devices, comm] : groups_) MPI_Comm_free(&comm);
     MPI_Comm_free(&everyone_);
     MPI_Comm_free(&labelled_);
@@ -215,6 +226,69 @@ class mpi_state {
                     &s.request),
           "MPI_Isend");
     sends_.push_back(std::move(s));
+    ++sent_to_[to];
+  }
+
+  void count_received(int from) { ++received_from_[from]; }
+
+  // Tells every other device that this one has returned from the program,
+  // so that a recv from it fails at once instead of at the timeout.
+  void announce_finished() {
+    notice_sends_.assign(size_, MPI_REQUEST_NULL);
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) check(MPI_Isend(&notice_payload_, 1, MPI_INT, r, 0, notices_, &notice_sends_[r]), "MPI_Isend");
+  }
+
+  // Whether `device` has announced that it returned. A message it sent
+  // before has arrived by then: one sender's messages on one communicator
+  // are matched in order.
+  bool has_finished(int device) const {
+    int found = 0;
+    MPI_Iprobe(device, 0, notices_, &found, MPI_STATUS_IGNORE);
+    return found != 0;
+  }
+
+  // After the program, on every rank together: every message sent was
+  // received. Each rank learns how many messages each peer sent it and
+  // received from it; a message left over is named (its operation, for a
+  // labelled one) and is an error on both ends.
+  void check_no_leftovers() {
+    std::vector<std::uint64_t> mine(2 * size_), theirs(2 * size_);
+    for (int j = 0; j < size_; ++j) {
+      mine[2 * j] = sent_to_[j];
+      mine[2 * j + 1] = received_from_[j];
+    }
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ialltoall(mine.data(), 2, MPI_UINT64_T, theirs.data(), 2, MPI_UINT64_T, notices_, &request),
+          "MPI_Ialltoall");
+    // Devices may return far apart (one still computes), so no timeout here:
+    // every wait of a device that has not returned has its own.
+    wait(request, std::chrono::steady_clock::time_point::max());
+    std::vector<std::string> lines;
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      for (std::uint64_t k = received_from_[j]; k < theirs[2 * j]; ++k) lines.push_back(take_leftover(j));
+      if (sent_to_[j] > theirs[2 * j + 1]) {
+        lines.push_back(detail::cat("device ", rank_, " sent device ", j, " ", sent_to_[j] - theirs[2 * j + 1],
+                                    " message(s) that device ", j, " never received"));
+      }
+    }
+    for (int j = 0; j < size_; ++j) {  // every notice was sent before the exchange above
+      if (j == rank_) continue;
+      int payload = 0;
+      MPI_Request r = MPI_REQUEST_NULL;
+      check(MPI_Irecv(&payload, 1, MPI_INT, j, 0, notices_, &r), "MPI_Irecv");
+      if (!wait(r, deadline())) throw timeout_error(detail::cat("device ", rank_, ": device ", j, "'s end notice never came"));
+    }
+    for (auto& r : notice_sends_) {
+      if (r != MPI_REQUEST_NULL && !wait(r, deadline())) throw timeout_error("an end notice was never received");
+    }
+    if (!lines.empty()) {
+      std::string text;
+      for (const auto& line : lines) text += detail::cat("\n  ", line);
+      throw collective_error(detail::cat("the program ended with messages nobody received (a device skipped a recv or a "
+                                         "transfer):", text));
+    }
   }
 
   // Completes the sends still in flight; launch calls it after the program's
@@ -244,6 +318,39 @@ class mpi_state {
   }
 
  private:
+  // Receives the next message from `from` that nobody took, and says what it was.
+  std::string take_leftover(int from) {
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    MPI_Comm comm = MPI_COMM_NULL;
+    const bool found = poll_until(deadline(), [&] {
+      for (MPI_Comm c : {labelled_, world_}) {
+        int flag = 0;
+        check(MPI_Improbe(from, MPI_ANY_TAG, c, &flag, &message, &status), "MPI_Improbe");
+        if (flag) {
+          comm = c;
+          return true;
+        }
+      }
+      return false;
+    });
+    if (!found) return detail::cat("device ", from, " sent device ", rank_, " a message that never arrived");
+    int bytes = 0;
+    MPI_Get_count(&status, MPI_BYTE, &bytes);
+    std::vector<std::uint8_t> data(std::max(bytes, 1));
+    MPI_Mrecv(data.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+    ++received_from_[from];
+    if (comm == labelled_ && static_cast<std::size_t>(bytes) == detail::message_label::bytes) {
+      const auto label = detail::message_label::decode(data.data());
+      return detail::cat("device ", from, " sent device ", rank_, " ", label.count, " ", name_of(label.type), " of ",
+                         label.what, " (its labelled message ", label.sequence, " to device ", rank_,
+                         "), which device ", rank_, " never received");
+    }
+    return detail::cat("device ", from, " sent device ", rank_, " ", bytes, " bytes (",
+                       comm == labelled_ ? std::string("labelled") : detail::cat("tag ", status.MPI_TAG),
+                       "), which device ", rank_, " never received");
+  }
+
   struct pending_send {
     int to = 0, tag = 0;
     std::unique_ptr<std::byte[]> data;
@@ -264,6 +371,10 @@ class mpi_state {
   bool oversubscribed_ = false;
   std::map<std::vector<int>, MPI_Comm> groups_;
   std::vector<pending_send> sends_;
+  MPI_Comm notices_ = MPI_COMM_NULL;  // "this device returned", and the count exchange at the end
+  std::vector<std::uint64_t> sent_to_, received_from_;
+  std::vector<MPI_Request> notice_sends_;
+  int notice_payload_ = 1;
   std::unique_ptr<std::byte[]> scratch_;
   std::size_t scratch_size_ = 0;
 };
@@ -362,12 +473,27 @@ class mpi_communicator {
     const auto deadline = s_->deadline();
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status status;
+    bool sender_finished = false;
+    long polls = 0;
     const bool arrived = s_->poll_until(deadline, [&] {
       int found = 0;
-      s_->check(MPI_Improbe(from, mpi_state::mpi_tag(tag), s_->comm_of_tag(tag), &found, &message, &status),
-                "MPI_Improbe");
-      return found != 0;
+      auto probe = [&] {
+        s_->check(MPI_Improbe(from, mpi_state::mpi_tag(tag), s_->comm_of_tag(tag), &found, &message, &status),
+                  "MPI_Improbe");
+        return found != 0;
+      };
+      if (probe()) return true;
+      if (++polls % 256 == 0 && s_->has_finished(from)) {
+        sender_finished = !probe();  // what it sent came before its notice
+        return true;
+      }
+      return false;
     });
+    if (sender_finished) {
+      throw collective_error(detail::cat("recv on device ", device(), " from device ", from, " (",
+                                         detail::describe_tag(tag), "): device ", from,
+                                         " has already finished the program without sending it"));
+    }
     if (!arrived) {
       throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (",
                                       detail::describe_tag(tag), ") timed out after ", s_->timeout().count(),
@@ -380,11 +506,13 @@ class mpi_communicator {
     if (static_cast<std::size_t>(bytes) != expected) {
       std::vector<std::byte> sink(std::max(bytes, 1));  // the message is matched: take it off the queue
       MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+      s_->count_received(from);
       throw collective_error(detail::cat("device ", device(), " expects ", n, " ", name_of(t), " from device ", from,
                                          " (", detail::describe_tag(tag), "), but the message holds ", bytes, " bytes (",
                                          bytes / static_cast<int>(size_of(t)), " ", name_of(t), ")"));
     }
     s_->check(MPI_Imrecv(out, count(n), detail::mpi_datatype(t), &message, &request), "MPI_Imrecv");
+    s_->count_received(from);
     if (!s_->wait(request, deadline)) {
       throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (",
                                       detail::describe_tag(tag), ") timed out after ", s_->timeout().count(),

@@ -147,10 +147,14 @@ auto mpi_launch(const launch_options& options, F& f) {
   try {
     if constexpr (std::is_void_v<result>) {
       detail::call_on(f, dev);
+      state->announce_finished();
+      state->check_no_leftovers();
       state->finish();
       detail::current_device() = previous;
     } else {
       auto mine = detail::call_on(f, dev);
+      state->announce_finished();
+      state->check_no_leftovers();
       state->finish();
       detail::current_device() = previous;
       return detail::mpi_gather_all<std::decay_t<result>>(state->world(), rank, size, std::move(mine));
