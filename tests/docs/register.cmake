@@ -9,7 +9,7 @@
 # the program's output with that block, character for character.
 include_guard(GLOBAL)
 
-foreach(page tour conversions ops layers first-program reference)
+foreach(page tour conversions ops layers first-program reference data)
   set(_md ${PROJECT_SOURCE_DIR}/docs/${page}.md)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_md})
   file(READ ${_md} _text)
