@@ -9,7 +9,11 @@
 # the program's output with that block, character for character.
 include_guard(GLOBAL)
 
-foreach(page tour conversions ops layers first-program reference data)
+set(_typemesh_doc_pages tour conversions ops layers first-program reference data)
+if(TARGET typemesh::train)
+  list(APPEND _typemesh_doc_pages train)
+endif()
+foreach(page IN LISTS _typemesh_doc_pages)
   set(_md ${PROJECT_SOURCE_DIR}/docs/${page}.md)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_md})
   file(READ ${_md} _text)
@@ -43,6 +47,9 @@ foreach(page tour conversions ops layers first-program reference data)
   file(GENERATE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/docs/${page}_snippets.cpp CONTENT "${_source}")
   add_executable(typemesh-docs-${page} ${CMAKE_CURRENT_BINARY_DIR}/docs/${page}_snippets.cpp)
   target_link_libraries(typemesh-docs-${page} PRIVATE typemesh::typemesh)
+  if(page STREQUAL "train")
+    target_link_libraries(typemesh-docs-${page} PRIVATE typemesh::train)
+  endif()
   # The snippets check themselves with assert: keep it on.
   target_compile_options(typemesh-docs-${page} PRIVATE -UNDEBUG)
   if(_own_main AND _text MATCHES "<!-- output -->\n```text\n(([^`]|`[^`]|``[^`])*)```")
