@@ -271,6 +271,7 @@ TEST_F(io_files, bad_text_files_are_errors_naming_file_and_line) {
 TEST_F(io_files, vocabulary_builder_orders_by_count_then_bytes_like_a_brute_force_count) {
   std::mt19937 rng(11);
   const std::vector<std::string> pool{"b", "a", "dd", "c", "Z", "<unk>", "e", "ff", "g", "hh", "i", "jj"};
+  const std::vector<std::string> tied{"yy", "xx", "ww"};
   std::string text;
   for (int line = 0; line < 200; ++line) {
     const int n = static_cast<int>(rng() % 9);
@@ -281,10 +282,14 @@ TEST_F(io_files, vocabulary_builder_orders_by_count_then_bytes_like_a_brute_forc
     }
     text += line % 7 == 0 ? "\r\n" : "\n";
   }
+  // Words of equal counts, written against their byte order.
+  text += "yy xx ww\nww yy xx\n";
   const auto file = write("corpus.txt", text);
   // Brute force: count each pool word by scanning every token.
   std::vector<std::pair<std::string, long>> counts;
-  for (const auto& w : pool) {
+  std::vector<std::string> all = pool;
+  all.insert(all.end(), tied.begin(), tied.end());
+  for (const auto& w : all) {
     if (w == "<unk>") continue;
     long c = 0;
     std::istringstream in(text);
@@ -301,6 +306,9 @@ TEST_F(io_files, vocabulary_builder_orders_by_count_then_bytes_like_a_brute_forc
     counts.erase(best);
   }
   EXPECT_EQ(io::build_vocabulary(file, 0), expected);
+  const auto ww = std::find(expected.begin(), expected.end(), "ww");
+  ASSERT_TRUE(expected.end() - ww >= 3);
+  EXPECT_EQ(std::vector<std::string>(ww, ww + 3), (std::vector<std::string>{"ww", "xx", "yy"}));
   const auto limited = io::build_vocabulary(file, 6);
   EXPECT_EQ(limited, std::vector<std::string>(expected.begin(), expected.begin() + 6));
   EXPECT_EQ(io::build_vocabulary(file, 3, {}), std::vector<std::string>(expected.begin() + 2, expected.begin() + 5));
