@@ -414,11 +414,23 @@ TEST_F(io_files, bad_images_and_labels_are_errors_naming_file_and_line) {
   write("train/cut.jpg", bytes.substr(0, bytes.size() / 2));
   write("train/text.jpg", "not a jpeg at all");
   write("train/empty.jpg", "");
+  // A valid small JPEG whose frame header claims 20000 x 20000 pixels: refused
+  // before anything of that size is allocated.
+  std::string huge = bytes;
+  const auto sof = huge.find("\xFF\xC0");
+  ASSERT_NE(sof, std::string::npos);
+  for (std::size_t at : {sof + 5, sof + 7}) {
+    huge[at] = static_cast<char>(20000 >> 8);
+    huge[at + 1] = static_cast<char>(20000 & 0xff);
+  }
+  write("train/huge.jpg", huge);
   const auto data = open("ok.jpg 0\ncut.jpg 1\ntext.jpg 2\nempty.jpg 3\n");
   EXPECT_EQ(data.batch(0, 1).labels[0], 0);
   expect_data_error([&] { data.batch(0, 2); }, {"cut.jpg", "l.txt:2)", "not a decodable JPEG"});
   expect_data_error([&] { data.batch(2, 1); }, {"text.jpg", "l.txt:3)", "not a decodable JPEG"});
   expect_data_error([&] { data.batch(3, 1); }, {"empty.jpg", "l.txt:4)", "empty file"});
+  const auto with_huge = open("huge.jpg 0\n");
+  expect_data_error([&] { with_huge.batch(0, 1); }, {"huge.jpg", "20000 x 20000 pixels", "caps"});
   fs::remove(dir_ / "train" / "ok.jpg");
   expect_data_error([&] { data.batch(0, 1); }, {"ok.jpg", "l.txt:1)", "image file not found"});
 }
