@@ -393,3 +393,50 @@ TEST(TrainLoop, UnwritableMetricsFileIsAnError) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/m.jsonl"), std::string::npos) << e.what();
   }
 }
+
+TEST(TrainLoop, GuardTurnsAnErrorIntoALineAndStatusNamingTheRank) {
+  std::ostringstream err;
+  EXPECT_EQ(typemesh::train::guard([] {}, err), 0);
+  EXPECT_EQ(typemesh::train::guard([] { throw typemesh::device_error("device 3 is gone"); }, err), 1);
+  EXPECT_EQ(err.str(), "typemesh: device 3 is gone\n");
+  ::setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  ::setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+  std::ostringstream ranked;
+  const int status = typemesh::train::guard([] { throw typemesh::device_error("device 3 is gone"); }, ranked);
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  EXPECT_EQ(status, 1);
+  EXPECT_EQ(ranked.str(), "[rank 2] typemesh: device 3 is gone\n");
+}
+
+// A pseudo-terminal as standard error: the default streams draw the bar.
+TEST(TrainLoop, BarWhenStandardErrorIsATerminal) {
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  if (master < 0 || ::grantpt(master) != 0 || ::unlockpt(master) != 0) GTEST_SKIP() << "no pseudo-terminal here";
+  const int terminal = ::open(::ptsname(master), O_RDWR | O_NOCTTY);
+  ASSERT_GE(terminal, 0);
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  ::dup2(terminal, 2);
+  ::close(terminal);
+  std::ostringstream out;
+  {
+    options o = parse({"--batch-size", "2", "--epochs", "1", "--max-steps", "3", "--display-steps", "3"});
+    typemesh::train::output io;
+    io.out = &out;
+    typemesh::train::trainer t(o, io);
+    recorded rec;
+    fake_training(t, 2, 0, rec);
+  }
+  std::cerr << std::flush;
+  ::dup2(saved, 2);
+  ::close(saved);
+  ::fcntl(master, F_SETFL, ::fcntl(master, F_GETFL) | O_NONBLOCK);
+  std::string shown;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(master, buf, sizeof buf)) > 0;) shown.append(buf, static_cast<std::size_t>(n));
+  ::close(master);
+  EXPECT_NE(shown.find("[==============================] 3/3 100%"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("eta 0:00"), std::string::npos) << shown;
+  EXPECT_NE(out.str().find("step 3/3"), std::string::npos) << out.str();
+}

@@ -261,4 +261,26 @@ class trainer {
   double samples_per_second_ = 0;
 };
 
+// Runs a program's body and turns an escaping exception into one line on err
+// and status 1, instead of std::terminate. In an MPI job the line starts with
+// "[rank R] ", so that every failing rank says which it is:
+//
+//   int main(int argc, char** argv) {
+//     return typemesh::train::guard([&] { ... parse, launch, train ... });
+//   }
+template <class Body>
+int guard(Body&& body, std::ostream& err = std::cerr) {
+  try {
+    body();
+    return 0;
+  } catch (const std::exception& e) {
+    err << (detail::in_mpi_job() ? typemesh::detail::cat("[rank ", detail::process_rank(), "] ") : std::string())
+        << e.what() << '\n'
+        << std::flush;
+  } catch (...) {
+    err << "an exception that is not a std::exception\n" << std::flush;
+  }
+  return 1;
+}
+
 }  // namespace typemesh::train
