@@ -411,7 +411,7 @@ TEST(Identity, ASkippedReplaceMeshIsNamedNotTakenByTheNext) {
           if (to.contains(dev.id())) expect_local(z, [&](auto i) { return g[i]; });
         });
       },
-      {"replace_mesh from mesh 'one'", "to mesh 'two'", "dims [d0=4 d1=2 d2=2]", "layout",
+      {"replace_mesh from mesh 'one'", "to mesh 'two'", "dims [d0=4 d1=2 d2=2], layout<", "to layout<",
        "belongs to replace_mesh from mesh 'one'", "skipped a transfer"});
 }
 
@@ -474,7 +474,7 @@ TEST(Identity, ErrorsInsideARelayoutNameIt) {
           else (void)typemesh::relayout<layout<d0(a1), d1(a0)>>(x);
         });
       },
-      {"relayout of dims [d0=4 d1=2 d2=2] on mesh 'm'", "from layout", "timed out after 150 ms"});
+      {"relayout of dims [d0=4 d1=2 d2=2] on mesh 'm'", "from layout<", "timed out after 150 ms"});
 }
 
 // The same replace_mesh and its way back, again and again: every message

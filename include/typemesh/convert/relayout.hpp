@@ -94,11 +94,11 @@ tensor<T, S, NewLayout, M> relayout_as(const tensor<T, S, L, M>& x, const What& 
 }  // namespace detail
 
 // Errors raised inside lead with "relayout of dims [..] on mesh '..' from
-// layout A to layout B".
+// layout<..> to layout<..>".
 template <class NewLayout, class T, class S, class L, class M>
 tensor<T, S, NewLayout, M> relayout(const tensor<T, S, L, M>& x) {
   const auto what = [&] {
-    return detail::cat("relayout of dims ", x.shape().describe(), " on ", x.mesh().describe(), " from layout ",
+    return detail::cat("relayout of dims ", x.shape().describe(), " on ", x.mesh().describe(), " from ",
                        L::describe(), " to ", NewLayout::describe());
   };
   try {

@@ -111,11 +111,11 @@ void run_transfer(const std::string& what, const transfer_plan<Rank>& plan, loca
 }
 
 // "replace_mesh from mesh 'a' [4] on devices [0 1 2 3] to mesh 'b' [2] on
-// devices [4 5], dims [batch=8 k=4], layout {...} to {...}": what a transfer's
+// devices [4 5], dims [batch=8 k=4], layout<...> to layout<...>": what a transfer's
 // messages and errors name it by.
 template <class NewLayout, class X, class M2>
 std::string transfer_description(std::string_view op, const X& x, const M2& to) {
-  return cat(op, " from ", x.mesh().describe(), " to ", to.describe(), ", dims ", x.shape().describe(), ", layout ",
+  return cat(op, " from ", x.mesh().describe(), " to ", to.describe(), ", dims ", x.shape().describe(), ", ",
              X::layout_type::describe(), " to ", NewLayout::describe());
 }
 
