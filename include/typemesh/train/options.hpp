@@ -222,7 +222,8 @@ class cli {
     app_.add_option("--backend", backend_text_, "auto: MPI under an MPI launcher, else host threads; host; mpi")
         ->capture_default_str()->check(detail::one_of({"auto", "host", "mpi"}));
     app_.add_option("--metrics", o.metrics, "Write a JSON object per display step to this file; empty: none");
-    app_.add_option("--progress", progress_text_, "auto: a bar when standard error is a terminal, else lines; bar; lines")
+    app_.add_option("--progress", progress_text_,
+                    "auto: a bar when standard error is a terminal, else lines; bar; lines")
         ->capture_default_str()->check(detail::one_of({"auto", "bar", "lines"}));
     app_.add_flag("--all-ranks", o.all_ranks, "Under mpirun every rank prints and writes (files get .rank<R>)");
   }
@@ -284,7 +285,9 @@ class cli {
       if (speaks) std::cout << help() << std::flush;
       std::exit(0);
     } catch (const error& e) {
-      if (speaks) std::cerr << app_.get_name() << ": " << e.what() << "\nRun with --help for the flags.\n" << std::flush;
+      if (speaks) {
+        std::cerr << app_.get_name() << ": " << e.what() << "\nRun with --help for the flags.\n" << std::flush;
+      }
       std::exit(2);
     }
   }
@@ -304,8 +307,11 @@ class cli {
     }
     if (o.strategy < 0) {
       std::string known;
-      for (std::size_t i = 0; i < strategy_names_.size(); ++i) known += detail::cat(known.empty() ? "" : ", ", i, " ", strategy_names_[i]);
-      throw flag_error(detail::cat("--strategy: '", strategy_text_, "' is not one of this program's strategies (", known, ")"));
+      for (std::size_t i = 0; i < strategy_names_.size(); ++i) {
+        known += detail::cat(known.empty() ? "" : ", ", i, " ", strategy_names_[i]);
+      }
+      throw flag_error(
+          detail::cat("--strategy: '", strategy_text_, "' is not one of this program's strategies (", known, ")"));
     }
     o.strategy_name = strategy_names_[o.strategy];
     if (o.devices > o.devices_per_node && o.devices % o.devices_per_node != 0) {

@@ -157,7 +157,8 @@ class trainer {
       if (display) {
         report r = gather(dev, world, done, loss);
         const double interval = std::chrono::duration<double>(now - last_report_time).count();
-        r.samples_per_second = interval > 0 ? static_cast<double>(opts_.batch_size * (done - last_report_step)) / interval : 0;
+        const auto samples = static_cast<double>(opts_.batch_size * (done - last_report_step));
+        r.samples_per_second = interval > 0 ? samples / interval : 0;
         r.wall_seconds = std::chrono::duration<double>(now - start).count();
         last_report_time = now;
         last_report_step = done;
