@@ -13,7 +13,7 @@
 
 namespace fuzz {
 
-inline constexpr std::uint64_t memory_bytes = std::uint64_t{16} << 20;
+inline constexpr std::uint64_t memory_bytes = std::uint64_t{8} << 20;
 
 inline typemesh::plan::read_limits read_limits() { return {memory_bytes}; }
 
@@ -28,7 +28,7 @@ inline typemesh::plan::search_options search_options() {
   typemesh::plan::search_options o;
   o.max_table_entries = std::uint64_t{1} << 16;
   o.max_bytes = memory_bytes;
-  o.max_work = std::uint64_t{1} << 24;
+  o.max_work = std::uint64_t{1} << 20;
   o.threads = 1;
   return o;
 }

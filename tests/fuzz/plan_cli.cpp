@@ -40,7 +40,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   };
   io.max_memory_mib_cap = fuzz::memory_bytes >> 20;
   io.default_memory_mib = fuzz::memory_bytes >> 20;
-  io.max_search_work = std::uint64_t{1} << 24;
+  // Per input, well under a second even on the largest networks under the
+  // sanitizers.
+  io.max_search_work = std::uint64_t{1} << 18;
+  io.max_configs_per_layer = 4096;
   io.threads = 1;
   io.report_resources = false;
   const int status = tp::run_plan_cli(args, io);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds one libFuzzer target of tests/fuzz with clang++ and runs it for a
 # bounded time over its seed corpus; any crash, sanitizer report, slow input
-# (over 10 s) or broken promise fails. Exits 77 (skipped) when clang++ or
+# (over 20 s) or broken promise fails. Exits 77 (skipped) when clang++ or
 # libFuzzer is missing.
 #
 #   tests/fuzz/run.sh TARGET BUILD_DIR [SECONDS]      TARGET: graph_reader | plan_reader | plan_cli
@@ -46,7 +46,7 @@ cmake -S "$here" -B "$dir/build" -DCMAKE_CXX_COMPILER="$cxx" "${launcher[@]}" >"
 cmake --build "$dir/build" --target "fuzz-$target" || exit 1
 
 echo "fuzzing $target for $seconds s over $here/corpus/$target"
-"$dir/build/fuzz-$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
+"$dir/build/fuzz-$target" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 -max_len=8192 \
   -dict="$here/$dict" -artifact_prefix="$dir/artifacts/" -print_final_stats=1 \
   "$dir/corpus" "$here/corpus/$target"
 status=$?

@@ -55,9 +55,11 @@ struct cli_io {
   // 16 GiB).
   std::uint64_t max_memory_mib_cap = std::uint64_t{1} << 40;
   std::uint64_t default_memory_mib = 0;
-  // The most multiply-adds the search may do (0: no limit); threads (0: one
+  // The most additions one elimination of the search may do and the most
+  // configurations of one layer (0: the library's defaults); threads (0: one
   // per hardware thread).
   std::uint64_t max_search_work = 0;
+  std::uint64_t max_configs_per_layer = 0;
   unsigned threads = 0;
   // Print the line of timings and memory on err after the plan.
   bool report_resources = true;
@@ -155,6 +157,7 @@ inline int run_plan_cli(const std::vector<std::string>& args, const cli_io& io =
       const std::uint64_t bytes = memory_mib << 20;
       rl.max_bytes = pl.max_bytes = opt.max_bytes = bytes;
     }
+    if (io.max_configs_per_layer) pl.max_configs = io.max_configs_per_layer;
 
     const auto t0 = std::chrono::steady_clock::now();
     graph g;
