@@ -85,11 +85,11 @@ inline void plan_cli_usage(std::ostream& os) {
         "  -h, --help\n";
 }
 
-namespace detail_cli {
+namespace cli_detail {
 
 inline long long to_int(const std::string& flag, const std::string& v, long long lo, long long hi) {
   std::int64_t x = 0;
-  if (!detail_parse::parse_i64(v, x) || x < lo || x > hi)
+  if (!parse_detail::parse_i64(v, x) || x < lo || x > hi)
     throw plan_error(detail::cat("option ", flag, " needs an integer from ", lo, " to ", hi, ", got '", v, "'"));
   return x;
 }
@@ -98,12 +98,12 @@ inline double to_double(const std::string& flag, const std::string& v) {
   double x = 0;
   // parse_double refuses inf and nan (and so does the check below, for
   // overflowing literals such as 1e999).
-  if (!detail_parse::parse_double(v, x) || !(x > 0) || !std::isfinite(x))
+  if (!parse_detail::parse_double(v, x) || !(x > 0) || !std::isfinite(x))
     throw plan_error(detail::cat("option ", flag, " needs a positive finite number, got '", v, "'"));
   return x;
 }
 
-}  // namespace detail_cli
+}  // namespace cli_detail
 
 inline int run_plan_cli(const std::vector<std::string>& args, const cli_io& io = {}) {
   std::ostream& out = *io.out;
@@ -125,14 +125,14 @@ inline int run_plan_cli(const std::vector<std::string>& args, const cli_io& io =
       constexpr long long any = std::numeric_limits<long long>::max();
       if (a == "-g" || a == "--graph") graph_name = value();
       else if (a == "--graph-file") graph_file = value();
-      else if (a == "-p" || a == "--procs") procs = detail_cli::to_int(a, value(), 1, max_procs);
-      else if (a == "-b" || a == "--batch") batch = detail_cli::to_int(a, value(), 1, any);
-      else if (a == "-m" || a == "--model") (void)detail_cli::to_int(a, value(), 1, any);
-      else if (a == "--flops") mach.tflops = detail_cli::to_double(a, value());
-      else if (a == "--bw") mach.bandwidth_gb = detail_cli::to_double(a, value());
+      else if (a == "-p" || a == "--procs") procs = cli_detail::to_int(a, value(), 1, max_procs);
+      else if (a == "-b" || a == "--batch") batch = cli_detail::to_int(a, value(), 1, any);
+      else if (a == "-m" || a == "--model") (void)cli_detail::to_int(a, value(), 1, any);
+      else if (a == "--flops") mach.tflops = cli_detail::to_double(a, value());
+      else if (a == "--bw") mach.bandwidth_gb = cli_detail::to_double(a, value());
       else if (a == "--max-memory")
         memory_mib = static_cast<std::uint64_t>(
-            detail_cli::to_int(a, value(), 1, static_cast<long long>(std::min<std::uint64_t>(io.max_memory_mib_cap, any))));
+            cli_detail::to_int(a, value(), 1, static_cast<long long>(std::min<std::uint64_t>(io.max_memory_mib_cap, any))));
       else if (a == "--json") json = true;
       else if (a == "--emit-header") header_file = value();
       else if (a == "--order" || a == "--algo") {

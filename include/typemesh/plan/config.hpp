@@ -29,7 +29,7 @@ struct config_table {
   std::vector<split_t> at(std::size_t i) const { return {row(i), row(i) + rank}; }
   std::int64_t procs(std::size_t i) const {
     std::int64_t p = 1;
-    for (int d = 0; d < rank; ++d) p = detail_graph::checked_mul(p, row(i)[d], "the processors of a configuration");
+    for (int d = 0; d < rank; ++d) p = graph_detail::checked_mul(p, row(i)[d], "the processors of a configuration");
     return p;
   }
 };
@@ -41,7 +41,7 @@ inline constexpr std::int64_t max_procs = std::numeric_limits<split_t>::max();
 // otherwise (at most 16 dims of 4 bytes each, plus a cost, per configuration).
 inline constexpr std::uint64_t default_max_configs = std::uint64_t{1} << 22;
 
-namespace detail_config {
+namespace config_detail {
 
 using u64 = std::uint64_t;
 
@@ -107,13 +107,13 @@ inline void prime_factors(u64 n, std::vector<u64>& out) {
   prime_factors(n / d, out);
 }
 
-}  // namespace detail_config
+}  // namespace config_detail
 
 // Divisors of n that are at most `limit`, in increasing order. Factors n
 // first (trial division, then Pollard's rho), so that sizes near 2^63 cost
 // microseconds rather than a loop up to their square root.
 inline std::vector<std::int64_t> divisors(std::int64_t n, std::int64_t limit = std::numeric_limits<std::int64_t>::max()) {
-  using detail_config::u64;
+  using config_detail::u64;
   if (n < 1) throw plan_error(detail::cat("divisors of ", n, ": the size must be positive"));
   std::vector<u64> primes;
   u64 rest = static_cast<u64>(n);
@@ -122,7 +122,7 @@ inline std::vector<std::int64_t> divisors(std::int64_t n, std::int64_t limit = s
       primes.push_back(p);
       rest /= p;
     }
-  detail_config::prime_factors(rest, primes);
+  config_detail::prime_factors(rest, primes);
   std::sort(primes.begin(), primes.end());
   std::vector<std::int64_t> r{1};
   for (std::size_t i = 0; i < primes.size();) {
@@ -211,7 +211,7 @@ inline config_table enumerate_configs(const layer& l, std::int64_t procs, double
 inline void tensor_splits(const tensor_map& m, const split_t* cfg, split_t* out) {
   for (std::size_t i = 0; i < m.size(); ++i) {
     std::int64_t s = 1;
-    for (int d : m[i]) s = detail_graph::checked_mul(s, cfg[d], "the split of a flattened tensor dim");
+    for (int d : m[i]) s = graph_detail::checked_mul(s, cfg[d], "the split of a flattened tensor dim");
     if (s > max_procs) throw plan_error(detail::cat("the split ", s, " of a flattened tensor dim exceeds ", max_procs));
     out[i] = static_cast<split_t>(s);
   }

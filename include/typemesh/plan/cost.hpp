@@ -48,7 +48,7 @@ struct problem_limits {
   std::uint64_t max_configs = default_max_configs;  // per layer
 };
 
-namespace detail_cost {
+namespace cost_detail {
 
 inline double allreduce(double r, double words, double procs) { return r * ((words / procs) * (2.0 * (procs - 1.0))); }
 
@@ -94,11 +94,11 @@ inline double gemm(double r, const layer& l, const gemm_view& g, const split_t* 
   return batches * (comp + comm);
 }
 
-}  // namespace detail_cost
+}  // namespace cost_detail
 
 // The cost of one layer under one configuration.
 inline double layer_cost(const layer& l, const split_t* c, double r) {
-  using namespace detail_cost;
+  using namespace cost_detail;
   const std::size_t n = l.dims.size();
   double pp[16];
   if (n > 16) throw plan_error(detail::cat("layer ", l.name, " has ", n, " dims; at most 16 are supported"));
@@ -196,7 +196,7 @@ inline double edge_cost(const std::vector<std::int64_t>& shape, const split_t* s
     sp *= src_split[i];
     dp *= dst_split[i];
   }
-  return r * (detail_cost::area_needed(s, d, n, sp, dp) * 2.0);
+  return r * (cost_detail::area_needed(s, d, n, sp, dp) * 2.0);
 }
 
 // ---- the costed problem ----------------------------------------------------
@@ -227,7 +227,7 @@ struct problem {
   }
 };
 
-namespace detail_cost {
+namespace cost_detail {
 // Distinct tensor splits over a layer's configurations.
 // Ids in order of first appearance.
 inline std::pair<std::vector<std::int32_t>, std::vector<std::vector<split_t>>> layouts(const config_table& t,
@@ -257,7 +257,7 @@ struct budget {
 };
 
 inline std::string config_text(const config_table& t, std::size_t i) { return config_string(t.row(i), t.rank); }
-}  // namespace detail_cost
+}  // namespace cost_detail
 
 // Every cost is checked to be finite: sizes so large that a cost overflows a
 // double are refused, naming the layer or edge.
@@ -267,7 +267,7 @@ inline problem build_problem(const graph& g, std::int64_t procs, const machine& 
   check_procs(procs, "graph " + g.name);
   check_machine(mach);
   const double r = mach.r();
-  detail_cost::budget bytes{limits.max_bytes};
+  cost_detail::budget bytes{limits.max_bytes};
   problem p;
   p.configs.reserve(g.layers.size());
   for (const auto& l : g.layers) {
@@ -280,7 +280,7 @@ inline problem build_problem(const graph& g, std::int64_t procs, const machine& 
     for (std::size_t i = 0; i < t.size(); ++i) {
       c[i] = layer_cost(l, t.row(i), r);
       if (!std::isfinite(c[i]))
-        throw plan_error(detail::cat("layer ", l.name, ": the cost of configuration ", detail_cost::config_text(t, i),
+        throw plan_error(detail::cat("layer ", l.name, ": the cost of configuration ", cost_detail::config_text(t, i),
                                      " is ", c[i], "; its sizes are too large for the cost model"));
     }
     p.vertex_costs.push_back(std::move(c));
@@ -293,8 +293,8 @@ inline problem build_problem(const graph& g, std::int64_t procs, const machine& 
     et.dst = e.dst;
     bytes.take(p.configs[e.src].size() + p.configs[e.dst].size(), sizeof(std::int32_t) + sizeof(split_t) * e.shape.size(),
                "the layouts of " + what);
-    auto [sid, sl] = detail_cost::layouts(p.configs[e.src], e.src_map);
-    auto [did, dl] = detail_cost::layouts(p.configs[e.dst], e.dst_map);
+    auto [sid, sl] = cost_detail::layouts(p.configs[e.src], e.src_map);
+    auto [did, dl] = cost_detail::layouts(p.configs[e.dst], e.dst_map);
     et.src_layout = std::move(sid);
     et.dst_layout = std::move(did);
     et.src_layouts = static_cast<int>(sl.size());

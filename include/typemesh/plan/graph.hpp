@@ -39,7 +39,7 @@ inline constexpr std::size_t max_rank = 16;
 // allocating it.
 inline constexpr std::uint64_t default_graph_bytes = std::uint64_t{256} << 20;
 
-namespace detail_graph {
+namespace graph_detail {
 // a · b, or a plan_error naming both sizes and what they are the sizes of.
 inline std::int64_t checked_mul(std::int64_t a, std::int64_t b, const std::string& what) {
   std::int64_t r = 0;
@@ -65,7 +65,7 @@ inline std::uint64_t tensor_bytes(std::size_t rank, std::size_t mapped_dims) {
   return 2 * (sizeof(std::vector<int>) + 32) + rank * (sizeof(std::int64_t) + sizeof(std::vector<int>) + 32) +
          mapped_dims * sizeof(int);
 }
-}  // namespace detail_graph
+}  // namespace graph_detail
 
 enum class layer_kind {
   conv,          // convolution, costed as a GEMM (m = b·h·w, n = filters, k = c·r·s)
@@ -354,7 +354,7 @@ class graph_builder {
     const std::string what = detail::cat("window ", r, " with pad ", pad, " over extent ", h);
     if (h < 1 || r < 1 || pad < 0)
       throw plan_error(detail::cat(what, ": extent and window must be positive, the pad non-negative"));
-    const std::int64_t x = detail_graph::checked_add(h - r, detail_graph::checked_mul(2, pad, what), what);
+    const std::int64_t x = graph_detail::checked_add(h - r, graph_detail::checked_mul(2, pad, what), what);
     if (x < 0 || stride < 1)
       throw plan_error(detail::cat("window ", r, " with pad ", pad, " does not fit extent ", h));
     return x / stride + 1;
@@ -580,7 +580,7 @@ class graph_builder {
       for (std::size_t i = 0; i < r; ++i)
         if (static_cast<int>(i) != a && t[i] != xs[0][i])
           throw plan_error(detail::cat("concat ", name, ": dim #", i, " differs: ", t[i], " vs ", xs[0][i]));
-      shape[a] = detail_graph::checked_add(shape[a], t[a], detail::cat("concat ", name, ": the concatenated dim"));
+      shape[a] = graph_detail::checked_add(shape[a], t[a], detail::cat("concat ", name, ": the concatenated dim"));
     }
     layer l = plain(layer_kind::concat, xs[0].shape, std::move(name));
     l.dims[a].splittable = false;
@@ -615,7 +615,7 @@ class graph_builder {
     const int a = fix_axis(axis, x.rank(), name);
     auto dom = x.shape;
     const auto count = dom[a];
-    const auto per_output = detail_graph::tensor_bytes(x.rank() - 1, x.rank() - 1);
+    const auto per_output = graph_detail::tensor_bytes(x.rank() - 1, x.rank() - 1);
     if (static_cast<std::uint64_t>(count) > default_graph_bytes / per_output)
       throw plan_error(detail::cat("unstack ", name, ": ", count, " outputs of ", detail::list(x.shape),
                                    " would need more than the graph's memory limit of ", default_graph_bytes >> 20,
@@ -638,8 +638,8 @@ class graph_builder {
 
   // Reshape = ravel into one dim, then unravel into `shape` (two layers).
   tensor reshape(const tensor& x, std::vector<std::int64_t> shape, std::string name = {}) {
-    const auto n = detail_graph::checked_product(x.shape, detail::cat("reshape ", name, ": elements of"));
-    const auto n2 = detail_graph::checked_product(shape, detail::cat("reshape ", name, ": elements of"));
+    const auto n = graph_detail::checked_product(x.shape, detail::cat("reshape ", name, ": elements of"));
+    const auto n2 = graph_detail::checked_product(shape, detail::cat("reshape ", name, ": elements of"));
     if (n != n2)
       throw plan_error(detail::cat("reshape ", name, ": ", detail::list(x.shape), " has ", n, " elements, ",
                                    detail::list(shape), " has ", n2));

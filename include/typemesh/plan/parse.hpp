@@ -54,7 +54,7 @@ struct read_limits {
   std::uint64_t max_bytes = default_graph_bytes;
 };
 
-namespace detail_parse {
+namespace parse_detail {
 
 [[noreturn]] inline void fail(const std::string& source, int line, int col, const std::string& what) {
   if (line <= 0) throw plan_error(detail::cat(source, ": ", what));
@@ -125,9 +125,9 @@ struct line_ctx {
   int line;
   std::string where;  // "layer fc6: " once known
   [[noreturn]] void fail(const token& t, const std::string& what) const {
-    detail_parse::fail(*source, line, t.col, where + what);
+    parse_detail::fail(*source, line, t.col, where + what);
   }
-  [[noreturn]] void fail_at(int col, const std::string& what) const { detail_parse::fail(*source, line, col, where + what); }
+  [[noreturn]] void fail_at(int col, const std::string& what) const { parse_detail::fail(*source, line, col, where + what); }
 };
 
 inline std::vector<std::int64_t> parse_shape(const line_ctx& c, const token& t, std::string_view s,
@@ -288,13 +288,13 @@ struct pending_edge {
   std::string_view shape_text, src_text;
 };
 
-}  // namespace detail_parse
+}  // namespace parse_detail
 
 // Reads a graph in the text format of docs/plan.md. `source` names the input
 // in error messages (a file name). The input and the graph it describes may
 // take at most limits.max_bytes; more is refused before it is allocated.
 inline graph read_graph(std::istream& in, const std::string& source = "<graph>", const read_limits& limits = {}) {
-  using namespace detail_parse;
+  using namespace parse_detail;
   graph g;
   bool have_header = false;
   std::map<std::string, int> by_name, layer_line;
@@ -470,7 +470,7 @@ inline graph read_graph(std::istream& in, const std::string& source = "<graph>",
           std::size_t mapped = 0;
           for (const auto& ds : m) mapped += ds.size();
           // Counted now, allocated once the whole line is counted.
-          used.add(count, detail_graph::tensor_bytes(shape.size(), mapped), detail::cat("the outputs of layer ", l.name),
+          used.add(count, graph_detail::tensor_bytes(shape.size(), mapped), detail::cat("the outputs of layer ", l.name),
                    c, tk);
           outs.push_back({count, std::move(shape), std::move(m)});
         } else {
@@ -487,7 +487,7 @@ inline graph read_graph(std::istream& in, const std::string& source = "<graph>",
         l.out_shapes = {dim_sizes(l)};
         l.out_maps = {identity_map(l.dims.size())};
       }
-      used.add(1, sizeof(layer) + 128 + l.dims.size() * (sizeof(dim) + 16) + detail_graph::tensor_bytes(16, 16),
+      used.add(1, sizeof(layer) + 128 + l.dims.size() * (sizeof(dim) + 16) + graph_detail::tensor_bytes(16, 16),
                "the layers", c, toks[1]);
       // What the cost model needs of this kind, reported on this line.
       try {
@@ -568,7 +568,7 @@ inline graph read_graph(std::istream& in, const std::string& source = "<graph>",
     if (e.dst_map.size() != e.shape.size())
       c.fail(pe.map_tok, detail::cat("the tensor ", shape_string(e.shape), " has rank ", e.shape.size(),
                                      " but map= gives ", e.dst_map.size(), " items"));
-    used.add(3, detail_graph::tensor_bytes(e.shape.size(), 2 * e.shape.size()), "the edges' tensors", c, pe.src);
+    used.add(3, graph_detail::tensor_bytes(e.shape.size(), 2 * e.shape.size()), "the edges' tensors", c, pe.src);
     g.edges.push_back(std::move(e));
   }
   try {
@@ -594,7 +594,7 @@ inline graph read_graph_file(const std::string& path, const read_limits& limits 
 // Writes g in the text format; throws plan_error for a graph the format cannot
 // express (names with blanks or separators, repeated names).
 inline void write_graph(std::ostream& os, const graph& g) {
-  using namespace detail_parse;
+  using namespace parse_detail;
   g.validate();
   if (g.name.empty() || g.name.find_first_of(" \t\r\n#") != std::string::npos)
     throw plan_error(detail::cat("graph name '", g.name, "' cannot be written: it is empty or has a blank or '#'"));
@@ -730,7 +730,7 @@ struct plan_layer {
   // Devices the configuration uses: the product of the splits.
   std::int64_t devices() const {
     std::int64_t p = 1;
-    for (const auto& d : dims) p = detail_graph::checked_mul(p, d.split, detail::cat("plan layer ", name, ": splits"));
+    for (const auto& d : dims) p = graph_detail::checked_mul(p, d.split, detail::cat("plan layer ", name, ": splits"));
     return p;
   }
 };
@@ -757,7 +757,7 @@ struct plan_file {
   }
 };
 
-namespace detail_parse {
+namespace parse_detail {
 
 struct jvalue {
   enum kind_t { object, array, string, number, boolean, null } kind = null;
@@ -1063,12 +1063,12 @@ struct jreader {
   }
 };
 
-}  // namespace detail_parse
+}  // namespace parse_detail
 
 // Reads a plan written by write_json. `source` names the input in messages.
 // The input and its parsed values may take at most limits.max_bytes.
 inline plan_file read_plan(std::istream& in, const std::string& source = "<plan>", const read_limits& limits = {}) {
-  using namespace detail_parse;
+  using namespace parse_detail;
   std::string text = read_all(in, source, std::min<std::uint64_t>(limits.max_bytes, 0x7fffffff));
   const auto left = limits.max_bytes - text.size();
   const jvalue doc = json_parser(std::move(text), source, left).document();

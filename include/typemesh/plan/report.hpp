@@ -14,7 +14,7 @@
 
 namespace typemesh::plan {
 
-namespace detail_report {
+namespace report_detail {
 // The shortest text that reads back as the same double (the machine parameters).
 inline std::string exact(double x) {
   char buf[32];
@@ -42,7 +42,7 @@ inline std::string fixed2(double x) {
   std::snprintf(buf, sizeof buf, "%.2f", x);
   return buf;
 }
-}  // namespace detail_report
+}  // namespace report_detail
 
 // The layer's split of each iteration dim, e.g. "b=4 n=2".
 inline std::string splits_string(const layer& l, const split_t* c) {
@@ -61,26 +61,26 @@ inline void write_table(std::ostream& os, const graph& g, const problem& p, cons
     const auto& l = g.layers[v];
     const auto* c = p.configs[v].row(static_cast<std::size_t>(r.choice[v]));
     os << v << '\t' << l.name << '\t' << kind_name(l.kind) << '\t' << config_string(c, p.configs[v].rank) << '\t'
-       << splits_string(l, c) << '\t' << detail_report::fixed2(p.vertex_costs[v][r.choice[v]]) << '\n';
+       << splits_string(l, c) << '\t' << report_detail::fixed2(p.vertex_costs[v][r.choice[v]]) << '\n';
   }
-  os << "Total cost: " << detail_report::fixed2(r.cost) << '\n';
+  os << "Total cost: " << report_detail::fixed2(r.cost) << '\n';
 }
 
 // The plan as JSON: graph, processors, total cost, and per layer its dims with
 // their sizes and splits.
 inline void write_json(std::ostream& os, const graph& g, const problem& p, const search_result& r,
                        std::int64_t procs, std::int64_t batch, const machine& m) {
-  using detail_report::json_string;
+  using report_detail::json_string;
   os << "{\n  \"format\": \"typemesh-plan/1\",\n  \"graph\": " << json_string(g.name) << ",\n  \"procs\": " << procs
-     << ",\n  \"batch\": " << batch << ",\n  \"tflops\": " << detail_report::exact(m.tflops)
-     << ",\n  \"bandwidth_gb\": " << detail_report::exact(m.bandwidth_gb)
-     << ",\n  \"total_cost\": " << detail_report::fixed2(r.cost) << ",\n  \"layers\": [";
+     << ",\n  \"batch\": " << batch << ",\n  \"tflops\": " << report_detail::exact(m.tflops)
+     << ",\n  \"bandwidth_gb\": " << report_detail::exact(m.bandwidth_gb)
+     << ",\n  \"total_cost\": " << report_detail::fixed2(r.cost) << ",\n  \"layers\": [";
   for (int v = 0; v < g.size(); ++v) {
     const auto& l = g.layers[v];
     const auto* c = p.configs[v].row(static_cast<std::size_t>(r.choice[v]));
     os << (v ? "," : "") << "\n    {\"id\": " << v << ", \"name\": " << json_string(l.name)
        << ", \"kind\": " << json_string(kind_name(l.kind)) << ", \"cost\": "
-       << detail_report::fixed2(p.vertex_costs[v][r.choice[v]]) << ", \"dims\": [";
+       << report_detail::fixed2(p.vertex_costs[v][r.choice[v]]) << ", \"dims\": [";
     for (std::size_t i = 0; i < l.dims.size(); ++i)
       os << (i ? ", " : "") << "{\"name\": " << json_string(l.dims[i].name) << ", \"size\": " << l.dims[i].size
          << ", \"split\": " << c[i] << "}";
@@ -91,14 +91,14 @@ inline void write_json(std::ostream& os, const graph& g, const problem& p, const
     const auto& e = g.edges[i];
     os << (i ? "," : "") << "\n    {\"src\": " << e.src << ", \"dst\": " << e.dst << ", \"shape\": [";
     for (std::size_t j = 0; j < e.shape.size(); ++j) os << (j ? ", " : "") << e.shape[j];
-    os << "], \"cost\": " << detail_report::fixed2(p.edges[i].at(r.choice[e.src], r.choice[e.dst])) << "}";
+    os << "], \"cost\": " << report_detail::fixed2(p.edges[i].at(r.choice[e.src], r.choice[e.dst])) << "}";
   }
   os << "\n  ]\n}\n";
 }
 
 // The graph in dot format; with a result, each layer shows its splits.
 inline void write_dot(std::ostream& os, const graph& g, const problem* p = nullptr, const search_result* r = nullptr) {
-  os << "digraph " << detail_report::json_string(g.name) << " {\n  node [shape=box, fontname=\"monospace\"];\n";
+  os << "digraph " << report_detail::json_string(g.name) << " {\n  node [shape=box, fontname=\"monospace\"];\n";
   for (int v = 0; v < g.size(); ++v) {
     const auto& l = g.layers[v];
     std::string label = l.name + "\\n" + kind_name(l.kind);
@@ -116,14 +116,14 @@ inline void write_dot(std::ostream& os, const graph& g, const problem* p = nullp
   os << "}\n";
 }
 
-namespace detail_report {
+namespace report_detail {
 inline std::string identifier(const std::string& s) {
   std::string r;
   for (char c : s) r += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
   if (r.empty() || std::isdigit(static_cast<unsigned char>(r[0]))) r = "_" + r;
   return r;
 }
-}  // namespace detail_report
+}  // namespace report_detail
 
 // A C++ header of the plan for a model program: per layer, a mesh type with
 // one axis per split iteration dim (plus one replica axis when the layer uses
@@ -137,7 +137,7 @@ inline std::string identifier(const std::string& s) {
 //   }
 inline void write_header(std::ostream& os, const graph& g, const problem& p, const search_result& r,
                          std::int64_t procs) {
-  using detail_report::identifier;
+  using report_detail::identifier;
   const std::string ns = "plan_" + identifier(g.name) + "_p" + std::to_string(procs);
   std::vector<std::string> dim_names;
   std::size_t max_axes = 1;
@@ -153,7 +153,7 @@ inline void write_header(std::ostream& os, const graph& g, const problem& p, con
     max_axes = std::max(max_axes, used);
   }
   os << "// Generated by typemesh-plan: graph " << g.name << ", " << procs << " devices, total cost "
-     << detail_report::fixed2(r.cost) << ".\n#pragma once\n\n#include <array>\n\n"
+     << report_detail::fixed2(r.cost) << ".\n#pragma once\n\n#include <array>\n\n"
      << "#include \"typemesh/core/layout.hpp\"\n#include \"typemesh/core/mesh.hpp\"\n\nnamespace " << ns
      << " {\n\ninline constexpr int devices = " << procs << ";\n\nnamespace dims {\n";
   for (const auto& d : dim_names) os << "struct " << identifier(d) << " : typemesh::dim<\"" << d << "\"> {};\n";

@@ -116,7 +116,7 @@ inline std::vector<int> breadth_first(const problem& p) {
   return order;
 }
 
-namespace detail_search {
+namespace search_detail {
 
 // A cost table over some layers. Entry for configurations (c_1 … c_k) of
 // scope (u_1 … u_k) is data[Σ strides[i] · map_i(c_i)], map_i the identity or
@@ -144,11 +144,11 @@ struct step {
   std::vector<std::int32_t> argmin;
 };
 
-}  // namespace detail_search
+}  // namespace search_detail
 
 inline search_result find_best_strategy(const problem& p, const std::vector<int>& order,
                                         const search_options& opt = {}) {
-  using detail_search::factor;
+  using search_detail::factor;
   const int n = p.size();
   if (static_cast<int>(order.size()) != n)
     throw plan_error(detail::cat("elimination order has ", order.size(), " layers, the graph ", n));
@@ -192,7 +192,7 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
 
   std::vector<int> pos(n);
   for (int i = 0; i < n; ++i) pos[order[i]] = i;
-  std::vector<detail_search::step> steps;
+  std::vector<search_detail::step> steps;
   steps.reserve(n);
   std::vector<char> gone(n, 0);
   double constant = 0.0;
@@ -275,7 +275,7 @@ inline search_result find_best_strategy(const problem& p, const std::vector<int>
       }
     }
 
-    detail_search::step st;
+    search_detail::step st;
     st.v = v;
     st.scope = scope;
     st.strides = strides;
