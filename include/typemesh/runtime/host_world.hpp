@@ -342,7 +342,7 @@ class host_communicator {
   void allgather(const group& g, const void* in, void* out, std::size_t n, dtype t) {
     session s(*this, g, {op_kind::allgather, n, t, {}, 0, in, out});
     const std::size_t bytes = n * size_of(t);
-    for (int j = 0; j < g.size(); ++j)
+    for (int j = 0; j < g.size() && bytes; ++j)  // empty buffers may be null: no memcpy at all
       std::memcpy(static_cast<std::byte*>(out) + j * bytes, s.r.calls[j].in, bytes);
   }
 
@@ -356,7 +356,7 @@ class host_communicator {
   void alltoall(const group& g, const void* in, void* out, std::size_t n, dtype t) {
     session s(*this, g, {op_kind::alltoall, n, t, {}, 0, in, out});
     const std::size_t bytes = n * size_of(t);
-    for (int j = 0; j < g.size(); ++j) {
+    for (int j = 0; j < g.size() && bytes; ++j) {  // empty buffers may be null: no memcpy at all
       std::memcpy(static_cast<std::byte*>(out) + j * bytes,
                   static_cast<const std::byte*>(s.r.calls[j].in) + s.member * bytes, bytes);
     }
@@ -364,12 +364,12 @@ class host_communicator {
 
   void broadcast(const group& g, void* buffer, std::size_t n, dtype t, int root) {
     session s(*this, g, {op_kind::broadcast, n, t, {}, root, buffer, buffer});
-    if (s.member != root) std::memcpy(buffer, s.r.calls[root].in, n * size_of(t));
+    if (s.member != root && n) std::memcpy(buffer, s.r.calls[root].in, n * size_of(t));
   }
 
   void send(int to, const void* in, std::size_t n, dtype t, int tag) {
     host_world::message msg{t, n, std::make_unique_for_overwrite<std::byte[]>(n * size_of(t)), n * size_of(t)};
-    std::memcpy(msg.bytes.get(), in, msg.size);
+    if (msg.size) std::memcpy(msg.bytes.get(), in, msg.size);
     world_->post(device_, to, tag, std::move(msg));
   }
 
@@ -380,7 +380,7 @@ class host_communicator {
                                          " (", detail::describe_tag(tag), "), but the message holds ", msg.count, " ",
                                          name_of(msg.type)));
     }
-    std::memcpy(out, msg.bytes.get(), msg.size);
+    if (msg.size) std::memcpy(out, msg.bytes.get(), msg.size);
   }
 
   void barrier(const group& g) { session s(*this, g, {op_kind::barrier, 0, dtype::u8, {}, 0, nullptr, nullptr}); }
