@@ -38,24 +38,29 @@ inline void* limited_allocate(std::size_t n, std::size_t alignment) {
   const std::size_t limit = allocation_limit_bytes().load(std::memory_order_relaxed);
   if (limit != 0 && n > limit) throw std::bad_alloc();
   if (n == 0) n = 1;
-  void* p = alignment > alignof(std::max_align_t) ? std::aligned_alloc(alignment, (n + alignment - 1) / alignment * alignment)
-                                                  : std::malloc(n);
+  void* p = alignment > alignof(std::max_align_t)
+                ? std::aligned_alloc(alignment, (n + alignment - 1) / alignment * alignment)
+                : std::malloc(n);
   if (!p) throw std::bad_alloc();
   return p;
 }
 }  // namespace tt::detail
 
-void* operator new(std::size_t n) { return tt::detail::limited_allocate(n, 0); }
-void* operator new[](std::size_t n) { return tt::detail::limited_allocate(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) { return tt::detail::limited_allocate(n, static_cast<std::size_t>(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) {
+// None inlined: GCC would otherwise see malloc and free behind new and delete
+// and warn of a mismatch that the replacements do not have.
+[[gnu::noinline]] void* operator new(std::size_t n) { return tt::detail::limited_allocate(n, 0); }
+[[gnu::noinline]] void* operator new[](std::size_t n) { return tt::detail::limited_allocate(n, 0); }
+[[gnu::noinline]] void* operator new(std::size_t n, std::align_val_t a) {
   return tt::detail::limited_allocate(n, static_cast<std::size_t>(a));
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+[[gnu::noinline]] void* operator new[](std::size_t n, std::align_val_t a) {
+  return tt::detail::limited_allocate(n, static_cast<std::size_t>(a));
+}
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
