@@ -474,4 +474,29 @@ TEST(Optimizers, DevicesOutsideAVariablesMeshStepWithoutError) {
   EXPECT_TRUE(four[0].empty() && four[3].empty());
 }
 
+// Adam counts steps per variable: stepping w and b in two calls gives what
+// one call gives (bias correction 1 - beta^t with each variable's own t).
+TEST(Optimizers, AdamStepsCountPerVariable) {
+  auto run = [](bool separate_calls) {
+    return typemesh::launch(1, [&] {
+      M2 m({1, 1});
+      auto w = typemesh::variable<layout<>, double>(m, "w", S01{2, 3}, typemesh::init::normal{1.0}, 3);
+      auto b = typemesh::variable<layout<>, double>(m, "b", shape<d1>{3}, typemesh::init::normal{1.0}, 4);
+      typemesh::optim::adam opt(0.1);
+      for (int step = 0; step < 3; ++step) {
+        typemesh::backward(typemesh::reduce_sum(w * w + b * b * b));
+        if (separate_calls) opt.step(w), opt.step(b);
+        else opt.step(w, b);
+      }
+      auto values = typemesh::export_tensor(w).values();
+      const auto bs = typemesh::export_tensor(b);
+      values.insert(values.end(), bs.values().begin(), bs.values().end());
+      return values;
+    })[0];
+  };
+  const auto together = run(false), apart = run(true);
+  ASSERT_EQ(together.size(), apart.size());
+  for (std::size_t i = 0; i < together.size(); ++i) EXPECT_EQ(apart[i], together[i]) << "element " << i;
+}
+
 }  // namespace

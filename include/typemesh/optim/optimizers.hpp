@@ -105,13 +105,16 @@ class adam {
   template <class... Variables>
   void step(Variables&... vars) {
     detail::check_gradients("optim::adam", options_, vars...);
-    ++t_;
     (update(vars), ...);
   }
 
  private:
+  // Each variable counts its own steps (as PyTorch's Adam does), so that
+  // variables stepped by separate calls get the same bias correction as in
+  // one call.
   struct moments {
     std::vector<double> m, v;
+    long steps = 0;
   };
 
   template <class V>
@@ -122,7 +125,8 @@ class adam {
     auto g = var.grad().local();
     moments& s = state_[var.node().get()];
     if (s.m.size() != w.size()) s.m.assign(w.size(), 0.0), s.v.assign(w.size(), 0.0);
-    const double c1 = 1 - std::pow(beta1_, static_cast<double>(t_)), c2 = 1 - std::pow(beta2_, static_cast<double>(t_));
+    const auto t = static_cast<double>(++s.steps);
+    const double c1 = 1 - std::pow(beta1_, t), c2 = 1 - std::pow(beta2_, t);
     for (std::size_t i = 0; i < w.size(); ++i) {
       const double gi = static_cast<double>(g[i]);
       s.m[i] = beta1_ * s.m[i] + (1 - beta1_) * gi;
@@ -134,7 +138,6 @@ class adam {
 
   double rate_, beta1_, beta2_, epsilon_;
   options options_;
-  long t_ = 0;
   std::unordered_map<const autodiff::node*, moments> state_;
 };
 
