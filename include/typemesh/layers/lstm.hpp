@@ -812,6 +812,23 @@ X stack(const X& x, const Weights& weights, const States& initial) {
 }
 }  // namespace lstm_detail
 
+namespace lstm_detail {
+// The stack after its checks; `initial()` gives the states, and is called
+// only when the checks passed (so a failed check is the only error).
+template <class Time, class X, class Weights, class Initial>
+X checked_stack(const X& x, const Weights& weights, Initial initial) {
+  using W = weight_tensor_t<std::ranges::range_value_t<Weights>>;
+  using T = typename X::value_type;
+  if constexpr (!check_time<Time, X>()) {
+    return diagnostic::after_failure<X>();
+  } else {
+    using XT = tensor<T, shape_without<typename X::shape_type, Time>, typename X::layout_type, typename X::mesh_type>;
+    if constexpr (!check_roles<XT, W>()) return diagnostic::after_failure<X>();
+    else return stack<Time, XT, W>(x, weights, initial.template operator()<XT, W>());
+  }
+}
+}  // namespace lstm_detail
+
 // A stack of LSTM layers on x's mesh over the time dim Time: layer 0 reads
 // x, layer l + 1 reads layer l's h; y holds the top layer's h after each
 // step, as x's type. `weights` holds one weight per layer, all of one type;
@@ -819,36 +836,18 @@ X stack(const X& x, const Weights& weights, const States& initial) {
 template <class Time, class X, class Weights, class States>
   requires is_tensor<X> && std::ranges::range<Weights>
 X lstm(const X& x, const Weights& weights, const States& initial) {
-  using W = lstm_detail::weight_tensor_t<std::ranges::range_value_t<Weights>>;
-  using T = typename X::value_type;
-  if constexpr (!lstm_detail::check_time<Time, X>()) {
-    return diagnostic::after_failure<X>();
-  } else {
-    using XT = tensor<T, shape_without<typename X::shape_type, Time>, typename X::layout_type, typename X::mesh_type>;
-    if constexpr (!lstm_detail::check_roles<XT, W>()) return diagnostic::after_failure<X>();
-    else return lstm_detail::stack<Time, XT, W>(x, weights, initial);
-  }
+  return lstm_detail::checked_stack<Time>(x, weights, [&]<class, class>() -> const States& { return initial; });
 }
-
 
 // The same from zero initial states.
 template <class Time, class X, class Weights>
   requires is_tensor<X> && std::ranges::range<Weights>
 X lstm(const X& x, const Weights& weights) {
-  using W = lstm_detail::weight_tensor_t<std::ranges::range_value_t<Weights>>;
-  using T = typename X::value_type;
-  if constexpr (!lstm_detail::check_time<Time, X>()) {
-    return diagnostic::after_failure<X>();
-  } else {
-    using XT = tensor<T, shape_without<typename X::shape_type, Time>, typename X::layout_type, typename X::mesh_type>;
-    if constexpr (!lstm_detail::check_roles<XT, W>()) {
-      return diagnostic::after_failure<X>();
-    } else {
-      std::vector<typename lstm_detail::roles<XT, W>::state_t> zero;
-      for (const auto& w : weights) zero.push_back(lstm_zero_state<Time>(x, w));
-      return lstm_detail::stack<Time, XT, W>(x, weights, zero);
-    }
-  }
+  return lstm_detail::checked_stack<Time>(x, weights, [&]<class XT, class W>() {
+    std::vector<typename lstm_detail::roles<XT, W>::state_t> zero;
+    for (const auto& w : weights) zero.push_back(lstm_zero_state<Time>(x, w));
+    return zero;
+  });
 }
 
 // --- Weights in the standard layout --------------------------------------------------
