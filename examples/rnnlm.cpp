@@ -1,49 +1,26 @@
-// The PaSE RNNLM, trained on four meshes, checked against one device.
+// The PaSE RNNLM: an LSTM language model trained under the reference's four
+// strategies (rnnlm_data.py, rnnlm_opt.py, rnnlm_gnmt.py, rnnlm_flexflow.py of
+// baidu-research/PaSE, written on Mesh-TensorFlow).
 //
-// This is the LSTM language model of the PaSE benchmarks (rnnlm.py in
-// baidu-research/PaSE, written on Mesh-TensorFlow) in its four-mesh variant:
+//   embedding [vocab, units] -> two LSTM layers of `units` (no biases)
+//   -> projection [units, vocab] -> softmax cross-entropy
 //
-//   embedding on `embed`   the vocab dim split over every device
-//   LSTM layer 0 on `lstm0`, the first half of the devices    } a pipeline over
-//   LSTM layer 1 on `lstm1`, the second half of the devices   } time steps
-//   projection to the vocab and the loss on `proj`, the halves swapped
+// Each strategy is a struct of types: its meshes, where every tensor lives
+// and how it is split. The model is written once, over the strategy. The
+// vocabulary is rounded up to a multiple of the device count, as the
+// reference does; the padded ids get no probability (their logits are pushed
+// to -1e9) and padded positions of a sentence are masked out of the loss.
 //
-// with a mesh replacement between the meshes. It trains for a few SGD steps on
-// 8 simulated devices (threads), then trains the same program again with every
-// mesh on one device, and prints both losses side by side. Parameters are
-// initialised from (seed, name, global element index), so both runs start
-// from the same values and must give the same losses up to float rounding: the
-// program exits non-zero when a step's losses differ by more than 1e-4
-// (relative). That comparison is typemesh's main correctness oracle.
-//
-// The strategy is the seed's CreateMeshes table. Each mesh has the axes
-// (axis0, axis1, axis2), which split (batch, n, k): the batch, the LSTM's gate
-// columns (4 x units) and its input rows (2 x units).
-//
-//   devices    embed       lstm0       lstm1       proj
-//         4    [1, 1, 4]   [2, 1, 1]   [2, 1, 1]   [1, 4, 1]
-//         8    [1, 1, 8]   [4, 1, 1]   [4, 1, 1]   [1, 8, 1]
-//        16    [1, 1, 16]  [2, 2, 2]   [2, 2, 2]   [1, 16, 1]
-//        32    [1, 1, 32]  [4, 2, 2]   [4, 2, 2]   [1, 32, 1]
-//        64    [1, 1, 64]  [8, 2, 2]   [8, 2, 2]   [1, 64, 1]
-//   on devices all         first half  second half second half + first half
-//
-// In Mesh-TensorFlow a dim's name is the mesh axis it is split over, so the
-// seed renames dims ('axis1' -> 'axis2', k -> a random name and back) to move
-// them between axes. Here a dim keeps its name and the layout, a type, says
-// where it is split; no renames are needed.
-//
-//   cmake --build build --target typemesh-rnnlm && build/examples/typemesh-rnnlm
+//   typemesh-rnnlm --devices 8 --strategy pase --units 256 --seq-len 16
+//   typemesh-rnnlm --help
 
-#include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <stdexcept>
+#include <optional>
+#include <string>
 #include <vector>
 
-#include <typemesh/typemesh.hpp>
+#include "network_program.hpp"
 
 using typemesh::layout;
 using typemesh::shape;
@@ -55,200 +32,324 @@ struct vocab : typemesh::dim<"vocab"> {};  // token ids
 struct k : typemesh::dim<"k"> {};          // LSTM units in (x, h: units; weights: 2 x units)
 struct n : typemesh::dim<"n"> {};          // LSTM gate columns (4 x units)
 
-// Mesh axes: the seed's batch_dim, n_dim and k_dim.
+// Mesh axes; the reference names them axis0, axis1, ...
 struct axis0 : typemesh::axis<"axis0"> {};
 struct axis1 : typemesh::axis<"axis1"> {};
 struct axis2 : typemesh::axis<"axis2"> {};
 
-using embed_mesh = typemesh::mesh<"embed", axis0, axis1, axis2>;
-using lstm0_mesh = typemesh::mesh<"lstm0", axis0, axis1, axis2>;
-using lstm1_mesh = typemesh::mesh<"lstm1", axis0, axis1, axis2>;
-using proj_mesh = typemesh::mesh<"proj", axis0, axis1, axis2>;
-
-// Where every tensor lives and how it is split: the strategy, in types. The
-// seed also names dims after axes of size 1: batch on axis0 of embed and proj,
-// the embedding's units on axis1 of embed, k on axis2 of proj. Those dims are
-// whole, and here they are written without an axis: independent_axes, like
-// the reference's ReplaceMeshWithIndependentAxes, refuses a dim split in both
-// layouts, and a dim named in a layout counts as split even on an axis of size 1.
-template <class T, class Shape, class Layout, class Mesh>
-using tensor = typemesh::tensor<T, Shape, Layout, Mesh>;
-
-using tokens_t = tensor<std::int32_t, shape<batch, seq>, layout<>, embed_mesh>;  // inputs
-using labels_t = tensor<std::int32_t, shape<batch, seq>, layout<>, proj_mesh>;
-using lstm_in_layout = layout<batch(axis0), k(axis2)>;  // [batch, seq, k] on lstm0 and lstm1
-using lstm_in_t = tensor<float, shape<batch, seq, k>, lstm_in_layout, lstm0_mesh>;
-using lstm_out_t = tensor<float, shape<batch, seq, k>, lstm_in_layout, lstm1_mesh>;
-
-// The parameters; variable<type>(mesh, name, sizes, init) makes each one.
-using embedding_t = tensor<float, shape<vocab, k>, layout<vocab(axis2)>, embed_mesh>;
-using rnn_w0_t = tensor<float, shape<k, n>, layout<k(axis2), n(axis1)>, lstm0_mesh>;
-using rnn_w1_t = tensor<float, shape<k, n>, layout<k(axis2), n(axis1)>, lstm1_mesh>;
-using proj_t = tensor<float, shape<k, vocab>, layout<vocab(axis1)>, proj_mesh>;
-
-struct parameters {
-  embedding_t embedding;
-  rnn_w0_t rnn_w0;
-  rnn_w1_t rnn_w1;
-  proj_t proj;
+struct rnnlm_sizes {
+  std::int64_t vocab = 100000;  // the search's RNNLM; real text: the vocabulary file's size
+  std::int64_t units = 2048;
+  std::int64_t real_vocab = 0;  // before the round-up (set by sizes_for)
 };
 
-struct meshes {
-  embed_mesh embed;
-  lstm0_mesh lstm0;
-  lstm1_mesh lstm1;
-  proj_mesh proj;
-};
+namespace devices = typemesh::devices;
 
-struct sizes {
-  std::int64_t batch = 8, time_steps = 4, vocab = 64, units = 8;
-};
+// Every strategy names four meshes, where the embedding, the two LSTM layers
+// and the projection run (some strategies use one mesh for several), and the
+// layouts of the tensors on them:
+//   tokens    [batch, seq] inputs, on embed
+//   labels    [batch, seq], on proj
+//   embedding [vocab, k], on embed
+//   lstm_io   [batch, seq, k] into and out of the LSTM, on lstm0 and lstm1
+//   lstm_out  [batch, seq, k] on lstm1 before it leaves
+//   rnn_w     [k, n] of each layer
+//   proj_in   [batch, seq, k] on proj
+//   proj      [k, vocab]
+// and the kinds of the two mesh replacements around the LSTM (checked moves,
+// see convert/replace_mesh.hpp).
 
-// --- The LSTM: two layers on two meshes, pipelined over time steps ----------------------
+// 0. Data parallel (rnnlm_data.py): one mesh of every device, the batch split.
+struct data_parallel {
+  static constexpr const char* name = "data-parallel";
+  using mesh0 = typemesh::mesh<"mesh0", axis0>;
+  using embed_mesh = mesh0;
+  using lstm0_mesh = mesh0;
+  using lstm1_mesh = mesh0;
+  using proj_mesh = mesh0;
+  using tokens = layout<batch(axis0)>;
+  using labels = layout<batch(axis0)>;
+  using embedding = layout<>;
+  using lstm_io = layout<batch(axis0)>;
+  using lstm_out = lstm_io;
+  using rnn_w = layout<>;
+  using proj_in = layout<batch(axis0)>;
+  using proj = layout<>;
+  using into_lstm = typemesh::same_slices;
+  using out_of_lstm = typemesh::same_slices;
 
-// Layer 0 runs on lstm0, layer 1 on lstm1, from zero states; after every
-// step, layer 0's h moves to lstm1. The move is a buffered send, so on the
-// disjoint halves layer 0's devices run ahead: layer 1 works on step t while
-// layer 0 works on step t + 1. Backward runs in reverse, layer 1 ahead.
-lstm_out_t two_layer_lstm(const lstm_in_t& x, const rnn_w0_t& w0, const rnn_w1_t& w1) {
-  const typemesh::lstm_weight w0_steps(w0);  // the steps' gradients, allreduced over the batch once
-  const typemesh::lstm_weight w1_steps(w1);
-  auto s0 = typemesh::lstm_zero_state<seq>(x, w0);  // h and c of layer 0, on lstm0
-  auto s1 = typemesh::lstm_zero_state<seq>(x, w1);  // and of layer 1, on lstm1
-  using h1_t = decltype(s1.h);                      // [batch, k] on lstm1
-  std::vector<h1_t> outputs;
-  for (std::int64_t t = 0; t < x.shape().size<seq>(); ++t) {
-    s0 = typemesh::lstm_step(typemesh::time_step<seq>(x, t), s0.h, s0.c, w0_steps);
-    const auto h0_on_lstm1 = typemesh::replace_mesh<h1_t::layout_type>(s0.h, w1.mesh());
-    s1 = typemesh::lstm_step(h0_on_lstm1, s1.h, s1.c, w1_steps);
-    outputs.push_back(s1.h);
+  struct meshes {
+    mesh0 embed, lstm0, lstm1, proj;
+  };
+  static meshes make_meshes(int count) {
+    const mesh0 m({count});
+    return {m, m, m, m};
   }
-  return typemesh::stack_steps<lstm_out_t::shape_type>(outputs);  // [batch, seq, k] on lstm1
-}
-
-// --- The model: the seed's model(params, inputs, labels) -----------------------------
-
-auto model(const parameters& p, const tokens_t& inputs, const labels_t& labels, const meshes& m) {
-  using typemesh::independent_axes;
-  // [batch, seq] -> [batch, seq, k]: vocab is split over embed's axis2, so each
-  // device looks up the rows it holds and an allreduce completes them.
-  auto embedded = typemesh::embedding<k>(inputs, p.embedding);
-  auto x = typemesh::replace_mesh<lstm_in_layout, independent_axes>(embedded, m.lstm0);
-  auto y = two_layer_lstm(x, p.rnn_w0, p.rnn_w1);  // on lstm1
-  auto h = typemesh::replace_mesh<layout<>, independent_axes>(y, m.proj);
-  // dense without a bias: [batch, seq, k] . [k, vocab], vocab over proj's axis1.
-  auto logits = typemesh::dense(h, p.proj);
-  return typemesh::reduce_mean(typemesh::softmax_cross_entropy<vocab>(logits, labels));
-}
-
-// --- The seed's CreateMeshes -------------------------------------------------------
-
-// The mesh shapes (axis0, axis1, axis2) of embed, lstm0, lstm1 and proj for
-// `count` devices; one device runs every mesh as [1, 1, 1].
-std::array<embed_mesh::coords, 4> mesh_shapes(int count) {
-  switch (count) {
-    case 1: return {{{1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}};
-    case 4: return {{{1, 1, 4}, {2, 1, 1}, {2, 1, 1}, {1, 4, 1}}};
-    case 8: return {{{1, 1, 8}, {4, 1, 1}, {4, 1, 1}, {1, 8, 1}}};
-    case 16: return {{{1, 1, 16}, {2, 2, 2}, {2, 2, 2}, {1, 16, 1}}};
-    case 32: return {{{1, 1, 32}, {4, 2, 2}, {4, 2, 2}, {1, 32, 1}}};
-    case 64: return {{{1, 1, 64}, {8, 2, 2}, {8, 2, 2}, {1, 64, 1}}};
-    default: throw std::invalid_argument("the RNNLM strategy is given for 1, 4, 8, 16, 32 and 64 devices");
-  }
-}
-
-meshes create_meshes(int count) {
-  namespace devices = typemesh::devices;
-  const auto s = mesh_shapes(count);
-  if (count == 1) return {embed_mesh(s[0]), lstm0_mesh(s[1]), lstm1_mesh(s[2]), proj_mesh(s[3])};
-  const auto first = devices::first_half(count), second = devices::second_half(count);
-  return {embed_mesh(s[0], devices::all(count)), lstm0_mesh(s[1], first), lstm1_mesh(s[2], second),
-          proj_mesh(s[3], devices::concat(second, first))};
-}
-
-// --- Data and training ------------------------------------------------------------
-
-// A token stream in which each token determines the next: t -> (5t + 3) mod
-// vocab visits every id once per vocab tokens. Row b of the batch is the
-// window that starts at token b * time_steps; the labels are the next tokens.
-// Every step trains on this one batch.
-using token_grid = typemesh::host_tensor<std::int32_t, shape<batch, seq>>;
-struct batch_data {
-  token_grid inputs, labels;
+  static std::string counts() { return "any device count"; }
 };
 
-batch_data make_batch(const sizes& z) {
-  auto next = [&](std::int32_t t) { return static_cast<std::int32_t>((5 * t + 3) % z.vocab); };
-  const shape<batch, seq> s{z.batch, z.time_steps};
-  batch_data d{token_grid(s), token_grid(s)};
-  std::int32_t token = 0;
-  for (std::int64_t b = 0; b < z.batch; ++b)
-    for (std::int64_t t = 0; t < z.time_steps; ++t) {
-      d.inputs[{b, t}] = token;
-      d.labels[{b, t}] = token = next(token);
+// 1. PaSE's optimum (rnnlm_opt.py): four meshes with axes (axis0, axis1,
+// axis2) splitting (batch, n, k). The embedding's vocab over all devices;
+// layer 0 on the first half, layer 1 on the second half (a pipeline over
+// time steps); the projection's vocab over all devices, halves swapped.
+struct pase {
+  static constexpr const char* name = "pase";
+  using embed_mesh = typemesh::mesh<"embed", axis0, axis1, axis2>;
+  using lstm0_mesh = typemesh::mesh<"lstm0", axis0, axis1, axis2>;
+  using lstm1_mesh = typemesh::mesh<"lstm1", axis0, axis1, axis2>;
+  using proj_mesh = typemesh::mesh<"proj", axis0, axis1, axis2>;
+  // The reference also names dims after axes of size 1 (the batch on embed
+  // and proj); here those dims are simply whole.
+  using tokens = layout<>;
+  using labels = layout<>;
+  using embedding = layout<vocab(axis2)>;
+  using lstm_io = layout<batch(axis0), k(axis2)>;
+  using lstm_out = lstm_io;
+  using rnn_w = layout<k(axis2), n(axis1)>;
+  using proj_in = layout<>;
+  using proj = layout<vocab(axis1)>;
+  using into_lstm = typemesh::independent_axes;
+  using out_of_lstm = typemesh::independent_axes;
+
+  struct meshes {
+    embed_mesh embed;
+    lstm0_mesh lstm0;
+    lstm1_mesh lstm1;
+    proj_mesh proj;
+  };
+  static meshes make_meshes(int count) {
+    using c = embed_mesh::coords;
+    std::array<c, 4> s;  // embed, lstm0, lstm1, proj: (axis0, axis1, axis2)
+    switch (count) {
+      case 1: s = {c{1, 1, 1}, c{1, 1, 1}, c{1, 1, 1}, c{1, 1, 1}}; break;
+      case 4: s = {c{1, 1, 4}, c{2, 1, 1}, c{2, 1, 1}, c{1, 4, 1}}; break;
+      case 8: s = {c{1, 1, 8}, c{4, 1, 1}, c{4, 1, 1}, c{1, 8, 1}}; break;
+      case 16: s = {c{1, 1, 16}, c{2, 2, 2}, c{2, 2, 2}, c{1, 16, 1}}; break;
+      case 32: s = {c{1, 1, 32}, c{4, 2, 2}, c{4, 2, 2}, c{1, 32, 1}}; break;
+      case 64: s = {c{1, 1, 64}, c{8, 2, 2}, c{8, 2, 2}, c{1, 64, 1}}; break;
+      default: unsupported(name, count, counts());
     }
-  return d;
-}
-
-// The loss of each of `train_steps` SGD steps at `rate`, on `count` devices.
-// The one-device reference always runs in this process (host backend), also
-// when mpirun runs the 8-device strategy with one process per device.
-std::vector<float> train(int count, int train_steps, double rate, const sizes& z) {
-  const meshes m = create_meshes(count);
-  const batch_data data = make_batch(z);
-  const auto backend = count == 1 ? typemesh::backend_kind::host : typemesh::backend_kind::automatic;
-  auto losses = typemesh::launch({.devices = count, .backend = backend}, [&] {
-    using typemesh::init::glorot_uniform;
-    using typemesh::init::normal;
-    const std::int64_t u = z.units;
-    // Initialisers as in the reference: mtf.layers.embedding draws N(0, 1),
-    // mtf.get_variable defaults to Glorot uniform.
-    parameters p{
-        typemesh::variable<embedding_t>(m.embed, "embedding", {z.vocab, u}, normal{1.0}),
-        typemesh::variable<rnn_w0_t>(m.lstm0, "rnn_w0", {2 * u, 4 * u}, glorot_uniform{2 * u, 4 * u}),
-        typemesh::variable<rnn_w1_t>(m.lstm1, "rnn_w1", {2 * u, 4 * u}, glorot_uniform{2 * u, 4 * u}),
-        typemesh::variable<proj_t>(m.proj, "proj", {u, z.vocab}, glorot_uniform{u, z.vocab}),
-    };
-    const auto inputs = typemesh::import_tensor<tokens_t::layout_type>(m.embed, data.inputs);
-    const auto labels = typemesh::import_tensor<labels_t::layout_type>(m.proj, data.labels);
-    typemesh::optim::sgd opt(rate);
-
-    std::vector<float> out;
-    for (int step = 0; step < train_steps; ++step) {
-      auto loss = model(p, inputs, labels, m);
-      out.push_back(loss.holds_data() ? loss.local()[0] : 0.0f);  // a scalar, on every device of proj
-      typemesh::backward(loss);
-      opt.step(p.embedding, p.rnn_w0, p.rnn_w1, p.proj);
-    }
-    return out;
-  });
-  return losses[m.proj.device_at({0, 0, 0})];
-}
-
-int main() {
-  constexpr int device_count = 8, train_steps = 8;
-  // The reference's optimizer (SGD) and rate. At these sizes the loss falls
-  // by about 6e-6 a step at this rate; the losses of both runs must agree
-  // either way.
-  constexpr double rate = 0.01;
-  const sizes z;
-  std::printf("RNNLM: batch %lld, %lld time steps, vocab %lld, %lld units; SGD, rate %g\n",
-              static_cast<long long>(z.batch), static_cast<long long>(z.time_steps), static_cast<long long>(z.vocab),
-              static_cast<long long>(z.units), rate);
-  const meshes m = create_meshes(device_count);
-  for (const auto& line : {m.embed.describe(), m.lstm0.describe(), m.lstm1.describe(), m.proj.describe()})
-    std::printf("  %s\n", line.c_str());
-
-  const std::vector<float> many = train(device_count, train_steps, rate, z);
-  const std::vector<float> one = train(1, train_steps, rate, z);
-
-  std::printf("\nstep  %d devices   1 device   relative difference\n", device_count);
-  bool same = true;
-  for (int s = 0; s < train_steps; ++s) {
-    const double diff = std::abs(double(many[s]) - double(one[s])) / std::max(std::abs(double(one[s])), 1e-30);
-    same = same && diff <= 1e-4;
-    std::printf("%4d  %9.6f  %9.6f  %9.2e%s\n", s, many[s], one[s], diff, diff <= 1e-4 ? "" : "  DIFFERENT");
+    if (count == 1) return {embed_mesh(s[0]), lstm0_mesh(s[1]), lstm1_mesh(s[2]), proj_mesh(s[3])};
+    const auto first = devices::first_half(count), second = devices::second_half(count);
+    return {embed_mesh(s[0], devices::all(count)), lstm0_mesh(s[1], first), lstm1_mesh(s[2], second),
+            proj_mesh(s[3], devices::concat(second, first))};
   }
-  std::printf("\n%s\n", same ? "the two strategies agree" : "the losses differ by more than 1e-4 (relative)");
-  return same ? 0 : 1;
+  static std::string counts() { return "1, 4, 8, 16, 32 or 64 devices"; }
+
+  [[noreturn]] static void unsupported(const char* strategy, int count, const std::string& supported) {
+    throw typemesh::error(typemesh::detail::cat("rnnlm strategy '", strategy, "' is given for ", supported,
+                                                ", not for ", count));
+  }
+};
+
+// The GNMT-style pipeline and FlexFlow (rnnlm_gnmt.py, rnnlm_flexflow.py)
+// share their meshes: layer 0 on the first half of the devices, layer 1 on
+// the second half, each splitting the batch, and a mesh of all devices
+// interleaving the halves (0, n/2, 1, n/2 + 1, ...) for the embedding and the
+// projection. Moving between them pairs neighbours (the pipeline kind).
+struct pipeline_meshes {
+  using half_mesh = typemesh::mesh<"half", axis0>;
+  using all_mesh = typemesh::mesh<"interleaved", axis0>;
+  struct meshes {
+    all_mesh embed;
+    half_mesh lstm0, lstm1;
+    all_mesh proj;
+  };
+  static meshes make(const char* strategy, int count) {
+    if (count == 1) return {all_mesh({1}), half_mesh({1}), half_mesh({1}), all_mesh({1})};
+    if (count % 2 != 0) pase::unsupported(strategy, count, "1 device or an even device count");
+    const auto first = devices::first_half(count), second = devices::second_half(count);
+    std::vector<int> interleaved;
+    for (std::size_t i = 0; i < first.size(); ++i) interleaved.insert(interleaved.end(), {first[i], second[i]});
+    const all_mesh all({count}, interleaved);
+    return {all, half_mesh({count / 2}, first), half_mesh({count / 2}, second), all};
+  }
+};
+
+// 2. GNMT: the batch split everywhere; the vocab whole.
+struct gnmt : pipeline_meshes {
+  static constexpr const char* name = "gnmt";
+  using embed_mesh = all_mesh;
+  using lstm0_mesh = half_mesh;
+  using lstm1_mesh = half_mesh;
+  using proj_mesh = all_mesh;
+  using tokens = layout<batch(axis0)>;
+  using labels = layout<batch(axis0)>;
+  using embedding = layout<>;
+  using lstm_io = layout<batch(axis0)>;
+  using lstm_out = lstm_io;
+  using rnn_w = layout<>;
+  using proj_in = layout<batch(axis0)>;
+  using proj = layout<>;
+  using into_lstm = typemesh::pipeline;
+  using out_of_lstm = typemesh::pipeline;
+  static meshes make_meshes(int count) { return make(name, count); }
+  static std::string counts() { return "1 device or an even device count"; }
+};
+
+// 3. FlexFlow: as GNMT up to the LSTM's output, which is replicated onto all
+// devices; the projection splits the vocab over them.
+struct flexflow : pipeline_meshes {
+  static constexpr const char* name = "flexflow";
+  using embed_mesh = all_mesh;
+  using lstm0_mesh = half_mesh;
+  using lstm1_mesh = half_mesh;
+  using proj_mesh = all_mesh;
+  using tokens = layout<batch(axis0)>;
+  using labels = layout<>;
+  using embedding = layout<>;
+  using lstm_io = layout<batch(axis0)>;
+  using lstm_out = layout<>;  // gathered on lstm1 before the replication
+  using rnn_w = layout<>;
+  using proj_in = layout<>;
+  using proj = layout<vocab(axis0)>;
+  using into_lstm = typemesh::pipeline;
+  using out_of_lstm = typemesh::replication;
+  static meshes make_meshes(int count) { return make(name, count); }
+  static std::string counts() { return "1 device or an even device count"; }
+};
+
+// --- The model, for any strategy ------------------------------------------------------
+
+template <class S>
+class rnnlm {
+ public:
+  using sizes = rnnlm_sizes;
+  using batch_type = typemesh::io::text_batch;
+  using meshes = typename S::meshes;
+
+  template <class T, class Shape, class Layout, class Mesh>
+  using tensor = typemesh::tensor<T, Shape, Layout, Mesh>;
+  using tokens_t = tensor<std::int32_t, shape<batch, seq>, typename S::tokens, typename S::embed_mesh>;
+  using labels_t = tensor<std::int32_t, shape<batch, seq>, typename S::labels, typename S::proj_mesh>;
+  using embedding_t = tensor<float, shape<vocab, k>, typename S::embedding, typename S::embed_mesh>;
+  using lstm_in_t = tensor<float, shape<batch, seq, k>, typename S::lstm_io, typename S::lstm0_mesh>;
+  using lstm_out_t = tensor<float, shape<batch, seq, k>, typename S::lstm_io, typename S::lstm1_mesh>;
+  using rnn_w0_t = tensor<float, shape<k, n>, typename S::rnn_w, typename S::lstm0_mesh>;
+  using rnn_w1_t = tensor<float, shape<k, n>, typename S::rnn_w, typename S::lstm1_mesh>;
+  using proj_t = tensor<float, shape<k, vocab>, typename S::proj, typename S::proj_mesh>;
+
+  // The reference rounds the vocabulary up to a multiple of the device count.
+  static sizes sizes_for(sizes z, int count) {
+    z.real_vocab = z.vocab;
+    z.vocab = (z.vocab + count - 1) / count * count;
+    return z;
+  }
+  static meshes make_meshes(int count) { return S::make_meshes(count); }
+  static std::vector<std::string> describe(const meshes& m) {
+    return {m.embed.describe() + ": embedding " + S::embedding::describe() + ", tokens " + S::tokens::describe(),
+            m.lstm0.describe() + ": LSTM layer 0, weights " + S::rnn_w::describe() + ", [batch, seq, k] " +
+                S::lstm_io::describe(),
+            m.lstm1.describe() + ": LSTM layer 1, weights " + S::rnn_w::describe(),
+            m.proj.describe() + ": projection " + S::proj::describe() + ", its input " + S::proj_in::describe() +
+                ", labels " + S::labels::describe()};
+  }
+
+  rnnlm(const sizes& z, const meshes& m, const typemesh::train::options& opts)
+      : z_(z), m_(m), opt_(opts.learning_rate),
+        // As the reference: mtf.layers.embedding draws N(0, 1), mtf.get_variable Glorot uniform.
+        embedding_(typemesh::variable<embedding_t>(m.embed, "embedding", {z.vocab, z.units},
+                                                   typemesh::init::normal{1.0}, opts.seed)),
+        rnn_w0_(typemesh::variable<rnn_w0_t>(m.lstm0, "rnn_w0", {2 * z.units, 4 * z.units},
+                                             typemesh::init::glorot_uniform{2 * z.units, 4 * z.units}, opts.seed)),
+        rnn_w1_(typemesh::variable<rnn_w1_t>(m.lstm1, "rnn_w1", {2 * z.units, 4 * z.units},
+                                             typemesh::init::glorot_uniform{2 * z.units, 4 * z.units}, opts.seed)),
+        proj_(typemesh::variable<proj_t>(m.proj, "proj", {z.units, z.vocab},
+                                         typemesh::init::glorot_uniform{z.units, z.vocab}, opts.seed)) {}
+
+  std::optional<double> step(const batch_type& b, std::int64_t) {
+    const shape<batch, seq> s{b.rows, b.length};
+    const auto inputs = typemesh::import_tensor<typename S::tokens>(m_.embed, host(s, b.source));
+    const auto labels = typemesh::import_tensor<typename S::labels>(m_.proj, host(s, b.target));
+
+    auto x = move<typename S::lstm_io, typename S::into_lstm>(typemesh::embedding<k>(inputs, embedding_), m_.lstm0);
+    auto y = typemesh::relayout<typename S::lstm_out>(two_layer_lstm(x));
+    auto h = move<typename S::proj_in, typename S::out_of_lstm>(y, m_.proj);
+    auto logits = typemesh::dense(h, proj_);  // [batch, seq, vocab]
+    if (z_.vocab != z_.real_vocab) logits = logits + vocab_mask(logits);
+    auto cross_entropy = typemesh::softmax_cross_entropy<vocab>(logits, labels);  // [batch, seq]
+
+    // The mean over real positions.
+    double real = 0;
+    for (float v : b.target_mask) real += v;
+    using ce_layout = typename decltype(cross_entropy)::layout_type;
+    const auto mask = typemesh::import_tensor<ce_layout>(m_.proj, host(s, b.target_mask));
+    auto loss = typemesh::reduce_sum(cross_entropy * mask) * static_cast<float>(1.0 / std::max(real, 1.0));
+
+    typemesh::backward(loss);
+    opt_.step(embedding_, rnn_w0_, rnn_w1_, proj_);
+    if (!loss.holds_data()) return std::nullopt;
+    return loss.local()[0];
+  }
+
+  template <class F>
+  void for_each_parameter(F&& f) const {
+    f("embedding", embedding_);
+    f("rnn_w0", rnn_w0_);
+    f("rnn_w1", rnn_w1_);
+    f("proj", proj_);
+  }
+
+ private:
+  template <class T>
+  static typemesh::host_tensor<T, shape<batch, seq>> host(const shape<batch, seq>& s, const std::vector<T>& v) {
+    typemesh::host_tensor<T, shape<batch, seq>> t(s);
+    t.values() = v;
+    return t;
+  }
+
+  // A move of the strategy's kind; on one device (the --check run) every
+  // mesh is that device, which only the plain kind describes.
+  template <class Layout, class Kind, class X, class Mesh>
+  static auto move(const X& x, const Mesh& to) {
+    if (to.device_count() == 1 && x.mesh().device_count() == 1) return typemesh::replace_mesh<Layout>(x, to);
+    return typemesh::replace_mesh<Layout, Kind>(x, to);
+  }
+
+  // Layer 0 on lstm0, layer 1 on lstm1, from zero states; after every time
+  // step, layer 0's h moves to lstm1. Where the meshes are disjoint the move
+  // is a buffered send, so layer 0 runs a step ahead of layer 1.
+  lstm_out_t two_layer_lstm(const lstm_in_t& x) const {
+    const typemesh::lstm_weight w0(rnn_w0_);  // the steps' gradients, reduced over the batch once
+    const typemesh::lstm_weight w1(rnn_w1_);
+    auto s0 = typemesh::lstm_zero_state<seq>(x, rnn_w0_);
+    auto s1 = typemesh::lstm_zero_state<seq>(x, rnn_w1_);
+    using h1_t = decltype(s1.h);
+    std::vector<h1_t> outputs;
+    for (std::int64_t t = 0; t < x.shape().template size<seq>(); ++t) {
+      s0 = typemesh::lstm_step(typemesh::time_step<seq>(x, t), s0.h, s0.c, w0);
+      s1 = typemesh::lstm_step(typemesh::replace_mesh<typename h1_t::layout_type>(s0.h, m_.lstm1), s1.h, s1.c, w1);
+      outputs.push_back(s1.h);
+    }
+    return typemesh::stack_steps<typename lstm_out_t::shape_type>(outputs);
+  }
+
+  // 0 on the real vocab, -1e9 on the ids the round-up added, laid out as the
+  // logits' vocab dim.
+  template <class Logits>
+  auto vocab_mask(const Logits&) const {
+    using mask_layout = typename Logits::layout_type::template ordered<vocab>;
+    typemesh::host_tensor<float, shape<vocab>> t(shape<vocab>{z_.vocab});
+    for (std::int64_t v = 0; v < z_.vocab; ++v) t.values()[v] = v < z_.real_vocab ? 0.0f : -1e9f;
+    return typemesh::import_tensor<mask_layout>(m_.proj, t);
+  }
+
+  sizes z_;
+  meshes m_;
+  typemesh::optim::sgd opt_;
+  embedding_t embedding_;
+  rnn_w0_t rnn_w0_;
+  rnn_w1_t rnn_w1_;
+  proj_t proj_;
+};
+
+int main(int argc, char** argv) {
+  network_program<rnnlm, data_parallel, pase, gnmt, flexflow> program(
+      "rnnlm", "Trains the PaSE RNNLM (embedding, two LSTM layers, projection) under one of its strategies");
+  rnnlm_sizes sizes;
+  program.cli().add_count("--units", sizes.units, "LSTM units per layer (reference: 2048)");
+  const auto opts = program.parse(argc, argv);
+  auto data = language_model_data(opts, sizes.vocab);
+  sizes.vocab = data.source_vocabulary;
+  return program.run(opts, sizes, data.batches);
 }
