@@ -87,7 +87,7 @@ inline text_data language_model_data(const typemesh::train::options& opts, std::
   }
   if (opts.src_vocab.empty()) throw typemesh::train::flag_error("--src-text needs --src-vocab, the vocabulary file");
   auto text = std::make_shared<typemesh::io::text_dataset>(typemesh::io::text_dataset::language_model(
-      opts.src_vocab, opts.src_text, {.length = opts.seq_len, .source_vocabulary_size = opts.src_vocab_size}));
+      opts.src_vocab, opts.src_text, {.length = opts.seq_len, .source_vocabulary_size = opts.src_vocab_size, .max_sentences = opts.sentences_size}));
   const std::int64_t v = opts.src_vocab_size > 0 ? opts.src_vocab_size : text->source_vocabulary().size();
   return {[text](std::int64_t step, std::int64_t b) { return text->batch(step, b); }, v, v};
 }
@@ -106,7 +106,7 @@ inline text_data translation_data(const typemesh::train::options& opts, std::int
   auto text = std::make_shared<typemesh::io::text_dataset>(typemesh::io::text_dataset::translation(
       opts.src_vocab, opts.tgt_vocab, opts.src_text, opts.tgt_text,
       {.length = opts.seq_len, .source_vocabulary_size = opts.src_vocab_size,
-       .target_vocabulary_size = opts.tgt_vocab_size}));
+       .target_vocabulary_size = opts.tgt_vocab_size, .max_sentences = opts.sentences_size}));
   const std::int64_t sv = opts.src_vocab_size > 0 ? opts.src_vocab_size : text->source_vocabulary().size();
   const std::int64_t tv = opts.tgt_vocab_size > 0 ? opts.tgt_vocab_size : text->target_vocabulary().size();
   return {[text](std::int64_t step, std::int64_t b) { return text->batch(step, b); }, sv, tv};

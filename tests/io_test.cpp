@@ -214,6 +214,18 @@ TEST_F(io_files, unknown_words_without_unk_are_padded_and_masked) {
   EXPECT_EQ(b.target_mask, (std::vector<float>{0, 1, 0}));
 }
 
+TEST_F(io_files, max_sentences_reads_only_the_first_lines) {
+  // Three lines; reading two makes the batch wrap around after line 1.
+  const auto data = io::text_dataset::language_model(write("v.txt", "a\nb\nc\n"), write("s.txt", "a b\nb c\nc a\n"),
+                                                     {.length = 1, .max_sentences = 2});
+  EXPECT_EQ(data.sentence_count(), 2);
+  const auto b = data.batch(0, 3);
+  EXPECT_EQ(b.source, (std::vector<std::int32_t>{0, 1, 0}));  // lines 0, 1, 0
+  EXPECT_EQ(io::text_dataset::language_model(dir_ / "v.txt", dir_ / "s.txt", {.length = 1}).sentence_count(), 3);
+  EXPECT_THROW(io::text_dataset::language_model(dir_ / "v.txt", dir_ / "s.txt", {.length = 1, .max_sentences = -1}),
+               data_error);
+}
+
 TEST_F(io_files, translation_reads_parallel_files_with_their_own_vocabularies) {
   const auto data = io::text_dataset::translation(write("sv", "<pad>\nhello\nworld\n"), write("tv", "<pad>\n<unk>\nhallo\nwelt\n"),
                                                   write("s", "hello world\nworld\n"), write("t", "hallo welt welt\nerde\n"),

@@ -130,12 +130,16 @@ struct sentences {
 
   std::int64_t size() const { return static_cast<std::int64_t>(offsets.size()) - 1; }
 
-  static sentences read(const std::filesystem::path& file, const vocabulary& vocab, std::int64_t keep) {
+  // At most max_lines lines (0: all), as the reference's sentences_size.
+  static sentences read(const std::filesystem::path& file, const vocabulary& vocab, std::int64_t keep,
+                        std::int64_t max_lines = 0) {
+    if (max_lines < 0)
+      throw data_error(typemesh::detail::cat(file.string(), ": the sentence count must not be negative, got ", max_lines));
     sentences s;
     s.file = file;
     detail::line_reader in(file, "sentences file");
     std::string line;
-    while (in.next(line)) {
+    while ((max_lines == 0 || s.size() < max_lines) && in.next(line)) {
       if (detail::has_control_character(line))
         detail::fail(file, in.line_number(), "the line holds a control character; is this a text file?");
       std::int64_t taken = 0;
@@ -162,6 +166,7 @@ struct text_options {
   std::int64_t length = 0;  // the sequence length: sentences are truncated or padded to it
   std::int64_t source_vocabulary_size = 0;
   std::int64_t target_vocabulary_size = 0;
+  std::int64_t max_sentences = 0;  // read at most this many lines of each text file; 0: all
 };
 
 // Batches of sentences in file order, wrapping around at the end: the global
@@ -178,7 +183,7 @@ class text_dataset {
     text_dataset d;
     d.source_vocab_ = vocabulary::read(vocabulary_file, options.source_vocabulary_size);
     d.length_ = options.length;
-    d.source_ = sentences::read(sentences_file, d.source_vocab_, options.length + 1);
+    d.source_ = sentences::read(sentences_file, d.source_vocab_, options.length + 1, options.max_sentences);
     return d;
   }
 
@@ -195,8 +200,8 @@ class text_dataset {
     d.source_vocab_ = vocabulary::read(source_vocabulary_file, options.source_vocabulary_size);
     d.target_vocab_ = vocabulary::read(target_vocabulary_file, options.target_vocabulary_size);
     d.length_ = options.length;
-    d.source_ = sentences::read(source_file, d.source_vocab_, options.length);
-    d.target_ = sentences::read(target_file, d.target_vocab_, options.length);
+    d.source_ = sentences::read(source_file, d.source_vocab_, options.length, options.max_sentences);
+    d.target_ = sentences::read(target_file, d.target_vocab_, options.length, options.max_sentences);
     if (d.source_.size() != d.target_.size())
       throw data_error(typemesh::detail::cat(source_file.string(), " has ", d.source_.size(), " lines but ",
                                              target_file.string(), " has ", d.target_.size(),
