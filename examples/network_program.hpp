@@ -8,8 +8,9 @@
 //         "alexnet", "Trains AlexNet (227x227x3 images, 1000 classes)");
 //     alexnet_sizes sizes;
 //     program.cli().add_count("--image-size", sizes.image, "Image height and width (reference: 227)");
-//     const auto opts = program.parse(argc, argv);
-//     return program.run(opts, sizes, image_data(opts, sizes.image, sizes.classes));
+//     auto opts = program.parse(argc, argv);
+//     auto data = image_data(opts, sizes.image, sizes.classes);  // sets opts.dataset_size for a real data set
+//     return program.run(opts, sizes, data);
 //   }
 //
 // A network is a class template over its strategy, Net<Strategy>, with
@@ -21,6 +22,8 @@
 //   static meshes make_meshes(int devices);  // 1 device, or the counts the
 //                                        // strategy is given for; otherwise a
 //                                        // typemesh::error naming them
+//                                        // (or make_meshes(const sizes&, int),
+//                                        // where the meshes depend on the sizes)
 //   static std::vector<std::string> describe(const meshes&);  // one line per mesh/layout
 //   Net(const sizes&, const meshes&, const train::options&);  // per device, inside launch
 //   std::optional<double> step(const batch&, std::int64_t step);  // forward, backward, SGD
@@ -57,8 +60,12 @@
 template <class Batch>
 using batch_source = std::function<Batch(std::int64_t step, std::int64_t batch_size)>;
 
+// The data functions below take the options to set --dataset-size to the
+// data set's size when they read one, so that an epoch is one pass over it
+// (the reference's dataset_size).
+
 // Images: synthetic unless --dataset-dir is given.
-inline batch_source<typemesh::io::image_batch> image_data(const typemesh::train::options& opts, std::int64_t side,
+inline batch_source<typemesh::io::image_batch> image_data(typemesh::train::options& opts, std::int64_t side,
                                                            std::int64_t classes) {
   if (opts.dataset_dir.empty()) {
     typemesh::io::synthetic_images images{.seed = opts.seed, .height = side, .width = side, .classes = classes};
@@ -67,6 +74,7 @@ inline batch_source<typemesh::io::image_batch> image_data(const typemesh::train:
   auto images = std::make_shared<typemesh::io::image_dataset>(
       opts.dataset_dir, opts.labels_filename,
       typemesh::io::image_options{.height = side, .width = side, .classes = classes});
+  opts.dataset_size = images->size();
   return [images](std::int64_t step, std::int64_t b) { return images->batch(step, b); };
 }
 
@@ -79,7 +87,7 @@ struct text_data {
 // A language model's text: synthetic unless --src-text is given (then
 // --src-vocab too); the target is the next word. --src-vocab-size overrides
 // the default (or caps the file's).
-inline text_data language_model_data(const typemesh::train::options& opts, std::int64_t default_vocabulary) {
+inline text_data language_model_data(typemesh::train::options& opts, std::int64_t default_vocabulary) {
   if (opts.src_text.empty()) {
     const std::int64_t v = opts.src_vocab_size > 0 ? opts.src_vocab_size : default_vocabulary;
     typemesh::io::synthetic_text text{.seed = opts.seed, .vocabulary = v, .length = opts.seq_len};
@@ -89,12 +97,13 @@ inline text_data language_model_data(const typemesh::train::options& opts, std::
   auto text = std::make_shared<typemesh::io::text_dataset>(typemesh::io::text_dataset::language_model(
       opts.src_vocab, opts.src_text, {.length = opts.seq_len, .source_vocabulary_size = opts.src_vocab_size, .max_sentences = opts.sentences_size}));
   const std::int64_t v = opts.src_vocab_size > 0 ? opts.src_vocab_size : text->source_vocabulary().size();
+  opts.dataset_size = text->sentence_count();
   return {[text](std::int64_t step, std::int64_t b) { return text->batch(step, b); }, v, v};
 }
 
 // A translation model's text: synthetic unless --src-text is given (then
 // --tgt-text and both vocabularies too).
-inline text_data translation_data(const typemesh::train::options& opts, std::int64_t default_vocabulary) {
+inline text_data translation_data(typemesh::train::options& opts, std::int64_t default_vocabulary) {
   if (opts.src_text.empty()) {
     const std::int64_t sv = opts.src_vocab_size > 0 ? opts.src_vocab_size : default_vocabulary;
     const std::int64_t tv = opts.tgt_vocab_size > 0 ? opts.tgt_vocab_size : default_vocabulary;
@@ -109,6 +118,7 @@ inline text_data translation_data(const typemesh::train::options& opts, std::int
        .target_vocabulary_size = opts.tgt_vocab_size, .max_sentences = opts.sentences_size}));
   const std::int64_t sv = opts.src_vocab_size > 0 ? opts.src_vocab_size : text->source_vocabulary().size();
   const std::int64_t tv = opts.tgt_vocab_size > 0 ? opts.tgt_vocab_size : text->target_vocabulary().size();
+  opts.dataset_size = text->sentence_count();
   return {[text](std::int64_t step, std::int64_t b) { return text->batch(step, b); }, sv, tv};
 }
 
@@ -171,6 +181,14 @@ class batch_cache {
 // How many devices this process drives.
 inline int local_devices(const typemesh::train::options& opts) {
   return typemesh::detail::runs_on_mpi(opts.backend) ? 1 : opts.devices;
+}
+
+// The strategy's meshes, from the sizes too where the network asks for them
+// (the Transformer's meshes depend on its model size).
+template <class Net, class Sizes>
+auto make_meshes(const Sizes& sizes, int devices) {
+  if constexpr (requires { Net::make_meshes(sizes, devices); }) return Net::make_meshes(sizes, devices);
+  else return Net::make_meshes(devices);
 }
 
 // The whole value of every parameter, by name.
@@ -254,7 +272,7 @@ class network_program {
     typemesh::train::options opts = given;
     if (check_) opts.display_steps = 1;  // a loss for every step
     const auto sizes = net_t::sizes_for(requested, opts.devices);
-    const auto meshes = net_t::make_meshes(opts.devices);
+    const auto meshes = network_detail::make_meshes<net_t>(sizes, opts.devices);
     const bool speaks = typemesh::train::detail::process_rank() == 0;
     if (show_) {
       if (speaks) {
@@ -295,7 +313,7 @@ class network_program {
   template <class net_t, class Sizes, class Batch>
   network_detail::reference_run train_one_device(const typemesh::train::options& opts, const Sizes& sizes,
                                                  const batch_source<Batch>& data) {
-    const auto meshes = net_t::make_meshes(1);
+    const auto meshes = network_detail::make_meshes<net_t>(sizes, 1);
     typemesh::train::options one = opts;
     one.devices = 1;
     one.backend = typemesh::backend_kind::host;

@@ -148,21 +148,23 @@ struct pase {
 // interleaving the halves (0, n/2, 1, n/2 + 1, ...) for the embedding and the
 // projection. Moving between them pairs neighbours (the pipeline kind).
 struct pipeline_meshes {
-  using half_mesh = typemesh::mesh<"half", axis0>;
+  using first_half_mesh = typemesh::mesh<"first-half", axis0>;
+  using second_half_mesh = typemesh::mesh<"second-half", axis0>;
   using all_mesh = typemesh::mesh<"interleaved", axis0>;
   struct meshes {
     all_mesh embed;
-    half_mesh lstm0, lstm1;
+    first_half_mesh lstm0;
+    second_half_mesh lstm1;
     all_mesh proj;
   };
   static meshes make(const char* strategy, int count) {
-    if (count == 1) return {all_mesh({1}), half_mesh({1}), half_mesh({1}), all_mesh({1})};
+    if (count == 1) return {all_mesh({1}), first_half_mesh({1}), second_half_mesh({1}), all_mesh({1})};
     if (count % 2 != 0) pase::unsupported(strategy, count, "1 device or an even device count");
     const auto first = devices::first_half(count), second = devices::second_half(count);
     std::vector<int> interleaved;
     for (std::size_t i = 0; i < first.size(); ++i) interleaved.insert(interleaved.end(), {first[i], second[i]});
     const all_mesh all({count}, interleaved);
-    return {all, half_mesh({count / 2}, first), half_mesh({count / 2}, second), all};
+    return {all, first_half_mesh({count / 2}, first), second_half_mesh({count / 2}, second), all};
   }
 };
 
@@ -170,8 +172,8 @@ struct pipeline_meshes {
 struct gnmt : pipeline_meshes {
   static constexpr const char* name = "gnmt";
   using embed_mesh = all_mesh;
-  using lstm0_mesh = half_mesh;
-  using lstm1_mesh = half_mesh;
+  using lstm0_mesh = first_half_mesh;
+  using lstm1_mesh = second_half_mesh;
   using proj_mesh = all_mesh;
   using tokens = layout<batch(axis0)>;
   using labels = layout<batch(axis0)>;
@@ -192,8 +194,8 @@ struct gnmt : pipeline_meshes {
 struct flexflow : pipeline_meshes {
   static constexpr const char* name = "flexflow";
   using embed_mesh = all_mesh;
-  using lstm0_mesh = half_mesh;
-  using lstm1_mesh = half_mesh;
+  using lstm0_mesh = first_half_mesh;
+  using lstm1_mesh = second_half_mesh;
   using proj_mesh = all_mesh;
   using tokens = layout<batch(axis0)>;
   using labels = layout<>;
@@ -348,8 +350,8 @@ int main(int argc, char** argv) {
       "rnnlm", "Trains the PaSE RNNLM (embedding, two LSTM layers, projection) under one of its strategies");
   rnnlm_sizes sizes;
   program.cli().add_count("--units", sizes.units, "LSTM units per layer (reference: 2048)");
-  const auto opts = program.parse(argc, argv);
-  auto data = language_model_data(opts, sizes.vocab);
+  auto opts = program.parse(argc, argv);
+  auto data = language_model_data(opts, sizes.vocab);  // real text: --dataset-size becomes its sentence count
   sizes.vocab = data.source_vocabulary;
   return program.run(opts, sizes, data.batches);
 }
