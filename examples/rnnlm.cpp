@@ -351,7 +351,9 @@ int main(int argc, char** argv) {
   rnnlm_sizes sizes;
   program.cli().add_count("--units", sizes.units, "LSTM units per layer (reference: 2048)");
   auto opts = program.parse(argc, argv);
-  auto data = language_model_data(opts, sizes.vocab);  // real text: --dataset-size becomes its sentence count
-  sizes.vocab = data.source_vocabulary;
-  return program.run(opts, sizes, data.batches);
+  return program.run(opts, [&] {
+    auto data = language_model_data(opts, sizes.vocab);  // real text: an epoch is one pass over it
+    sizes.vocab = data.source_vocabulary;
+    return std::pair{sizes, data.batches};
+  });
 }
