@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "network_program.hpp"
@@ -482,13 +483,15 @@ int main(int argc, char** argv) {
   program.cli().add_count("--heads", sizes.heads, "Attention heads; 0: the model size's (reference: 8 or 16)");
   program.cli().add_count("--d-k", sizes.d_k, "Key and value channels per head (reference: 64)");
   program.cli().add_count("--d-ff", sizes.d_ff, "Feed-forward width; 0: the model size's (reference: 2048 or 4096)");
-  auto opts = program.parse(argc, argv);  // the data functions set --dataset-size for a real data set
+  auto opts = program.parse(argc, argv);
   sizes.big = opts.model_size == "big";
   if (sizes.d_model == 0) sizes.d_model = sizes.big ? 1024 : 512;
   if (sizes.heads == 0) sizes.heads = sizes.big ? 16 : 8;
   if (sizes.d_ff == 0) sizes.d_ff = sizes.big ? 4096 : 2048;
-  auto data = translation_data(opts, sizes.src_vocab);
-  sizes.src_vocab = data.source_vocabulary;
-  sizes.tgt_vocab = data.target_vocabulary;
-  return program.run(opts, sizes, data.batches);
+  return program.run(opts, [&] {
+    auto data = translation_data(opts, sizes.src_vocab);  // real text: an epoch is one pass over it
+    sizes.src_vocab = data.source_vocabulary;
+    sizes.tgt_vocab = data.target_vocabulary;
+    return std::pair{sizes, data.batches};
+  });
 }
