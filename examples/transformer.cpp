@@ -476,13 +476,14 @@ int main(int argc, char** argv) {
   network_program<transformer, data_parallel, pase, mesh_tensorflow> program(
       "transformer", "Trains the PaSE Transformer (encoder and decoder) under one of its strategies");
   transformer_sizes sizes;
-  // 0: the --model-size's value (small: 512, 8, 2048; big: 1024, 16, 4096).
+  // Unset (0): the --model-size's value, filled in after parsing.
   sizes.d_model = sizes.heads = sizes.d_ff = 0;
-  program.cli().add_count("--layers", sizes.layers, "Encoder and decoder layers, each (reference: 6)");
-  program.cli().add_count("--d-model", sizes.d_model, "Model width; 0: the model size's (reference: 512 or 1024)");
-  program.cli().add_count("--heads", sizes.heads, "Attention heads; 0: the model size's (reference: 8 or 16)");
-  program.cli().add_count("--d-k", sizes.d_k, "Key and value channels per head (reference: 64)");
-  program.cli().add_count("--d-ff", sizes.d_ff, "Feed-forward width; 0: the model size's (reference: 2048 or 4096)");
+  auto& cli = program.cli();
+  cli.add_count("--layers", sizes.layers, "Encoder and decoder layers, each (reference: 6)");
+  cli.add_count("--d-model", sizes.d_model, "Model width (reference: 512 small, 1024 big)")->default_str("model size's");
+  cli.add_count("--heads", sizes.heads, "Attention heads (reference: 8 small, 16 big)")->default_str("model size's");
+  cli.add_count("--d-k", sizes.d_k, "Key and value channels per head (reference: 64)");
+  cli.add_count("--d-ff", sizes.d_ff, "Feed-forward width (reference: 2048 small, 4096 big)")->default_str("model size's");
   auto opts = program.parse(argc, argv);
   sizes.big = opts.model_size == "big";
   if (sizes.d_model == 0) sizes.d_model = sizes.big ? 1024 : 512;
