@@ -18,7 +18,6 @@
 //   typemesh-transformer --devices 8 --strategy pase --d-model 64 --d-ff 256 --seq-len 16
 //   typemesh-transformer --help
 
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <optional>
