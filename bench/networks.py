@@ -43,8 +43,8 @@ NETWORKS = {
     "transformer": {
         "strategies": ["data-parallel", "pase", "mesh-tensorflow"],
         "flags": ["--batch-size", "64", "--seq-len", "16", "--src-vocab-size", "4096", "--tgt-vocab-size", "4096",
-                  "--d-model", "128", "--heads", "4", "--d-ff", "512"],
-        "size": "batch 64, 16 positions, vocab 4096, d_model 128, 4 heads, d_ff 512",
+                  "--layers", "2", "--d-model", "128", "--heads", "4", "--d-k", "32", "--d-ff", "512"],
+        "size": "batch 64, 16 positions, vocab 4096, 2+2 layers, d_model 128, 4 heads of 32, d_ff 512",
     },
 }
 
