@@ -18,7 +18,7 @@
 //   typemesh-inception --devices 8 --strategy pase --image-size 75 --channel-divisor 16
 //   typemesh-inception --help
 
-#include <array>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
