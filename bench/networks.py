@@ -37,8 +37,8 @@ NETWORKS = {
     },
     "inception": {
         "strategies": ["data-parallel", "pase", "owt", "flexflow"],
-        "flags": ["--batch-size", "64", "--image-size", "75", "--width-divisor", "8"],
-        "size": "batch 64, 75x75 images, channels / 8",
+        "flags": ["--batch-size", "64", "--image-size", "75", "--channel-divisor", "8", "--classes", "1000"],
+        "size": "batch 64, 75x75 images, channels / 8, 1000 classes",
     },
     "transformer": {
         "strategies": ["data-parallel", "pase", "mesh-tensorflow"],

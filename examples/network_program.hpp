@@ -219,8 +219,9 @@ inline double relative_difference(double a, double b) {
 // Rounding can flip a discrete choice (the maximum of a pooling window
 // holding two values equal up to rounding, a ReLU of a value within
 // rounding of zero), which moves single entries of an update; in the L2
-// norm such a flip stays small (at the tests' sizes 2e-3 of an update at
-// most, against 3e-4 to 9e-4 without one). The denominator is floored at
+// norm such a flip stays a fraction of the update: measured on Inception
+// and AlexNet at the tests' tiny sizes, rounding alone moves an update by
+// 3e-4 to 9e-4, a flip by 2e-3 to 7e-2, a wrong gradient by its own size. The denominator is floored at
 // update_floor x the model's RMS update per entry, so that a parameter that
 // training leaves at noise (a bias cancelled by the normalisation after it,
 // as Inception's before its layer norms) compares on the model's scale, not
@@ -274,8 +275,9 @@ struct reference_run {
 // this of the one-device run's.
 inline constexpr double check_tolerance = 1e-4;
 // The tolerance of --check on the trained weights: every parameter's update
-// within this of the one-device run's (see update_difference).
-inline constexpr double update_tolerance = 1e-2;
+// within this of the one-device run's (see update_difference): above what
+// a flipped pooling or ReLU choice does, below what a wrong gradient does.
+inline constexpr double update_tolerance = 1e-1;
 
 template <template <class> class Net, class... Strategies>
 class network_program {
