@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""The peer benchmark: typemesh against PyTorch, one training step each.
+
+For each of four steps (forward + backward + SGD, float32, one device; the
+networks are described at the top of peer_steps.cpp) and for 1 and 2 threads,
+this runs typemesh-bench-peer as a subprocess and the same step in PyTorch in
+this process, alternating them for several rounds, and prints a Markdown
+table: the median over rounds of each side's mean step time, the ratio
+PyTorch time / typemesh time (above 1: typemesh is faster) and the 1-minute
+load average before and after the row was measured.
+
+PyTorch is optional: without it the script says so in one line and exits 0.
+
+    python3 bench/peer.py --binary build/bench/typemesh-bench-peer
+"""
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+STEPS = ("mlp", "transformer", "rnnlm", "conv")
+DESCRIPTIONS = {
+    "mlp": "MLP 256×1024→4096→1024, softmax cross-entropy",
+    "transformer": "Transformer encoder layer, batch 16, seq 128, d_model 512, 8 heads, d_ff 2048",
+    "rnnlm": "RNNLM, vocab 8192, 2 LSTM layers of 512 units, seq 32, batch 32",
+    "conv": "conv net, 32×32×64, 3×3 conv 64→64, max pool, dense",
+}
+# As in peer_steps.cpp.
+LEARNING_RATE = {"mlp": 0.01, "transformer": 0.01, "rnnlm": 0.01, "conv": 0.001}
+LINE = re.compile(r"^peer_step step=(\w+) threads=(\d+) .*mean_ms=([0-9.]+) .*blas_threads=(\d+)")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--binary", help="typemesh-bench-peer (default: the first build*/bench/typemesh-bench-peer)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per run (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps before them (default 2)")
+    p.add_argument("--rounds", type=int, default=3, help="alternations of the two systems per row (default 3)")
+    p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    p.add_argument("--step", action="append", choices=STEPS, help="only this step (repeatable; default all)")
+    a = p.parse_args()
+    for name in ("steps", "rounds"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name} must be at least 1, not {getattr(a, name)}")
+    if a.warmup < 0:
+        p.error(f"--warmup must be at least 0, not {a.warmup}")
+    try:
+        a.threads = [int(t) for t in a.threads.split(",")]
+    except ValueError:
+        p.error(f"--threads wants numbers separated by commas, such as 1,2, not '{a.threads}'")
+    if any(t < 1 for t in a.threads):
+        p.error(f"--threads: every count must be at least 1, not {a.threads}")
+    a.step = a.step or list(STEPS)
+    return a
+
+
+def find_binary(given):
+    if given:
+        if not os.access(given, os.X_OK):
+            sys.exit(f"peer.py: --binary {given} is not an executable file")
+        return given
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for entry in sorted(os.listdir(root)):
+        candidate = os.path.join(root, entry, "bench", "typemesh-bench-peer")
+        if entry.startswith("build") and os.access(candidate, os.X_OK):
+            return candidate
+    sys.exit("peer.py: no typemesh-bench-peer found under build*/bench/; build the target typemesh-bench-peer "
+             "and pass it with --binary")
+
+
+def typemesh_ms(binary, step, threads, args):
+    cmd = [binary, "--step", step, "--threads", str(threads), "--steps", str(args.steps),
+           "--warmup", str(args.warmup)]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"peer.py: {' '.join(cmd)} failed with status {run.returncode}:\n{run.stdout}{run.stderr}")
+    for line in run.stdout.splitlines():
+        m = LINE.match(line)
+        if m and m.group(1) == step:
+            if int(m.group(4)) != threads:
+                sys.exit(f"peer.py: typemesh ran BLAS on {m.group(4)} threads, not the {threads} asked for")
+            return float(m.group(3))
+    sys.exit(f"peer.py: no 'peer_step step={step}' line in the output of {' '.join(cmd)}:\n{run.stdout}")
+
+
+# ---------------------------------------------------------------- PyTorch
+
+
+def torch_step(torch, step):
+    """The model, its optimizer and a closure that runs one training step."""
+    nn, F = torch.nn, torch.nn.functional
+    g = torch.Generator().manual_seed(1)
+
+    if step == "mlp":
+        model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024))
+        x = torch.randn(256, 1024, generator=g)
+        y = torch.randint(0, 1024, (256,), generator=g)
+
+        def loss_fn():
+            return F.cross_entropy(model(x), y)
+
+    elif step == "transformer":
+
+        class EncoderLayer(nn.Module):
+            # As typemesh's: no projection biases, layer norms with scale and bias.
+            def __init__(self):
+                super().__init__()
+                self.wq, self.wk, self.wv, self.wo = (nn.Linear(512, 512, bias=False) for _ in range(4))
+                self.ln1 = nn.LayerNorm(512, eps=1e-6)
+                self.w1 = nn.Linear(512, 2048, bias=False)
+                self.w2 = nn.Linear(2048, 512, bias=False)
+                self.ln2 = nn.LayerNorm(512, eps=1e-6)
+
+            def forward(self, x):
+                b, l, d = x.shape
+
+                def split(t):
+                    return t.view(b, l, 8, 64).transpose(1, 2)
+
+                att = F.scaled_dot_product_attention(split(self.wq(x)), split(self.wk(x)), split(self.wv(x)))
+                h = self.ln1(x + self.wo(att.transpose(1, 2).reshape(b, l, d)))
+                return self.ln2(h + self.w2(F.relu(self.w1(h))))
+
+        model = EncoderLayer()
+        x = torch.randn(16, 128, 512, generator=g)
+
+        def loss_fn():
+            return model(x).mean()
+
+    elif step == "rnnlm":
+
+        class RNNLM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embedding = nn.Embedding(8192, 512)
+                self.lstm = nn.LSTM(512, 512, num_layers=2, bias=False, batch_first=True)
+                self.proj = nn.Linear(512, 8192, bias=False)
+
+            def forward(self, ids):
+                h, _ = self.lstm(self.embedding(ids))
+                return self.proj(h)
+
+        model = RNNLM()
+        ids = torch.randint(0, 8192, (32, 32), generator=g)
+        targets = torch.randint(0, 8192, (32, 32), generator=g)
+
+        def loss_fn():
+            return F.cross_entropy(model(ids).reshape(-1, 8192), targets.reshape(-1))
+
+    else:  # conv, NHWC in memory as typemesh's (PyTorch's channels_last)
+        model = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Flatten(), nn.Linear(16 * 16 * 64, 10))
+        model = model.to(memory_format=torch.channels_last)
+        x = torch.randn(32, 64, 32, 32, generator=g).contiguous(memory_format=torch.channels_last)
+        y = torch.randint(0, 10, (32,), generator=g)
+
+        def loss_fn():
+            return F.cross_entropy(model(x), y)
+
+    opt = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE[step])
+
+    def train_step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return train_step
+
+
+def torch_ms(train_step, args):
+    for _ in range(args.warmup):
+        train_step()
+    total = 0.0
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        train_step()
+        total += time.perf_counter() - t0
+    return 1e3 * total / args.steps
+
+
+def main():
+    args = parse_args()
+    # A CPU-only run needs no NumPy; torch warns at import when it is absent.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    try:
+        import torch
+    except ImportError:
+        print("PyTorch is not installed (pip install torch); the peer benchmark has nothing to compare with.")
+        return 0
+    binary = find_binary(args.binary)
+
+    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores online, load average "
+          f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"torch {torch.__version__} (oneDNN {'on' if torch.backends.mkldnn.is_available() else 'off'}, "
+          f"MKL {'on' if torch.backends.mkl.is_available() else 'off'}); typemesh: {binary}")
+    print(f"each cell: median over {args.rounds} rounds of the mean of {args.steps} timed steps after "
+          f"{args.warmup} warm-up steps; ratio = PyTorch time / typemesh time (> 1: typemesh faster)\n")
+
+    print("| step | threads | PyTorch ms | typemesh ms | ratio | load (1 min) before → after |")
+    print("|---|---|---|---|---|---|")
+    for step in args.step:
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            train_step = torch_step(torch, step)
+            load_before = os.getloadavg()[0]
+            ours, theirs = [], []
+            for r in range(args.rounds):
+                # Alternate which side goes first, so neither always runs on a
+                # machine the other has just warmed (or heated).
+                if r % 2 == 0:
+                    ours.append(typemesh_ms(binary, step, threads, args))
+                    theirs.append(torch_ms(train_step, args))
+                else:
+                    theirs.append(torch_ms(train_step, args))
+                    ours.append(typemesh_ms(binary, step, threads, args))
+            t_ms, p_ms = statistics.median(ours), statistics.median(theirs)
+            print(f"| {DESCRIPTIONS[step]} | {threads} | {p_ms:.1f} | {t_ms:.1f} | {p_ms / t_ms:.2f} | "
+                  f"{load_before:.2f} → {os.getloadavg()[0]:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
