@@ -43,6 +43,22 @@ struct matmul_case {
   }
 };
 
+// BLAS's cores: the user's variables in OpenBLAS's order, else the machine's.
+TEST(Blas, CoresFollowTheUsersThreadVariables) {
+  using typemesh::backend::blas_cores;
+  EXPECT_EQ(blas_cores(nullptr, nullptr, nullptr, 16), 16);
+  EXPECT_EQ(blas_cores(nullptr, nullptr, nullptr, 0), 1);  // the machine's count unknown
+  EXPECT_EQ(blas_cores("1", nullptr, nullptr, 16), 1);
+  EXPECT_EQ(blas_cores("3", "5", "7", 16), 3);
+  EXPECT_EQ(blas_cores(nullptr, "5", "7", 16), 5);
+  EXPECT_EQ(blas_cores(nullptr, nullptr, "7", 16), 7);
+  // Not a positive decimal integer: skipped.
+  EXPECT_EQ(blas_cores("0", nullptr, "2", 16), 2);
+  EXPECT_EQ(blas_cores("-4", "x", "", 16), 16);
+  EXPECT_EQ(blas_cores("2 threads", nullptr, nullptr, 16), 16);
+  EXPECT_EQ(blas_cores("99999999999999999999", nullptr, nullptr, 16), 16);
+}
+
 TEST(Einsum, MatmulUnderLayouts) {
   const std::vector<values> in{random_values(96, 1), random_values(48, 2)};
   matmul_case c;

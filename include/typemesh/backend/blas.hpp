@@ -3,27 +3,57 @@
 //
 // Simulated devices are threads sharing the machine's cores, so BLAS gets
 // cores / devices threads each (at least one): without that, 8 devices on 2
-// cores would each start 2 BLAS threads and spend their time switching.
+// cores would each start 2 BLAS threads and spend their time switching. The
+// cores are the machine's, or as many as the user gives BLAS with
+// OPENBLAS_NUM_THREADS (else GOTO_NUM_THREADS, else OMP_NUM_THREADS, the
+// order OpenBLAS reads them in): OPENBLAS_NUM_THREADS=1 means one thread.
 #pragma once
 
 #include <cblas.h>
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 
 namespace typemesh::backend {
 
-// Sets the BLAS thread count for `devices` devices sharing this machine's
+// The cores BLAS may use in this process: the first of the variables that
+// is a positive decimal integer, else `hardware` (at least 1). A variable
+// that is set but not such a number is skipped, as OpenBLAS skips it.
+inline int blas_cores(const char* openblas_num_threads, const char* goto_num_threads, const char* omp_num_threads,
+                      unsigned hardware) {
+  for (const char* v : {openblas_num_threads, goto_num_threads, omp_num_threads}) {
+    if (v == nullptr) continue;
+    const std::string_view text(v);
+    int n = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (ec == std::errc() && end == text.data() + text.size() && n > 0) return n;
+  }
+  return std::max(1u, hardware);
+}
+
+// This process's cores for BLAS, read once.
+inline int blas_cores() {
+  static const int cores = blas_cores(std::getenv("OPENBLAS_NUM_THREADS"), std::getenv("GOTO_NUM_THREADS"),
+                                      std::getenv("OMP_NUM_THREADS"), std::thread::hardware_concurrency());
+  return cores;
+}
+
+// BLAS threads per device when `devices` devices share blas_cores().
+inline int blas_threads_per_device(int devices) { return std::max(1, blas_cores() / std::max(1, devices)); }
+
+// Sets the BLAS thread count for `devices` devices sharing this process's
 // cores. Operations call it before their local products; cheap when nothing
 // changes.
 inline void share_blas_threads(int devices) {
 #if defined(OPENBLAS_VERSION)
   static std::atomic<int> current{0};
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
-  const int want = std::max(1, cores / std::max(1, devices));
+  const int want = blas_threads_per_device(devices);
   if (current.exchange(want) != want) openblas_set_num_threads(want);
 #else
   (void)devices;
