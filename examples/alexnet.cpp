@@ -83,11 +83,6 @@ struct alexnet_meshes {
   Loss loss;       // logits and labels
 };
 
-[[noreturn]] inline void unsupported(const char* strategy, int count, const char* supported) {
-  throw typemesh::error(
-      typemesh::detail::cat("alexnet strategy '", strategy, "' is given for ", supported, ", not for ", count));
-}
-
 // Every strategy names:
 //   fc_mesh, loss_mesh     where the fully connected layers and the loss run
 //   flatten                whether pool5 is reshaped to [batch, features] first
@@ -118,7 +113,7 @@ struct data_parallel {
 
   using meshes = alexnet_meshes<fc_mesh, loss_mesh>;
   static meshes make_meshes(int count) {
-    if (count < 1) unsupported(name, count, "any positive device count");
+    if (count < 1) strategy_not_given_for("alexnet", name, count, "any positive device count");
     const conv_mesh m({count});
     return {m, m, m};
   }
@@ -156,7 +151,7 @@ struct pase {
       case 16: dim1 = 8, dim2 = 2; break;
       case 32: dim1 = 8, dim2 = 4; break;
       case 64: dim1 = 8, dim2 = 8; break;
-      default: unsupported(name, count, "1, 4, 8, 16, 32 or 64 devices");
+      default: strategy_not_given_for("alexnet", name, count, "1, 4, 8, 16, 32 or 64 devices");
     }
     return {conv_mesh({count}), fc_mesh({dim1, dim2}), loss_mesh({1, dim2}, devices::range(0, dim2))};
   }
@@ -184,7 +179,7 @@ struct owt {
 
   using meshes = alexnet_meshes<fc_mesh, loss_mesh>;
   static meshes make_meshes(int count) {
-    if (count < 1) unsupported(name, count, "any positive device count");
+    if (count < 1) strategy_not_given_for("alexnet", name, count, "any positive device count");
     const conv_mesh m({count});
     return {m, m, m};
   }
@@ -213,7 +208,7 @@ struct flexflow {
   using meshes = alexnet_meshes<fc_mesh, loss_mesh>;
   static meshes make_meshes(int count) {
     if (count == 1) return {conv_mesh({1}), fc_mesh({1, 1}), fc_mesh({1, 1})};
-    if (count < 2 || count % 2 != 0) unsupported(name, count, "1 device or an even device count");
+    if (count < 2 || count % 2 != 0) strategy_not_given_for("alexnet", name, count, "1 device or an even device count");
     const fc_mesh fc({2, count / 2});
     return {conv_mesh({count}), fc, fc};
   }
@@ -433,15 +428,13 @@ class alexnet {
   }
 
   // A move of the strategy's kind: a relayout on the same mesh, or a mesh
-  // replacement. On one device (the --check run) every mesh is that device,
-  // which only the plain replacement describes.
+  // replacement.
   template <class Layout, class Kind, class X, class Mesh>
   static auto move(const X& x, const Mesh& to) {
     if constexpr (std::is_same_v<Kind, rename_on_mesh>) {
       static_assert(std::is_same_v<typename X::mesh_type, Mesh>, "a rename stays on its mesh");
       return typemesh::relayout<Layout>(x);
     } else {
-      if (to.device_count() == 1 && x.mesh().device_count() == 1) return typemesh::replace_mesh<Layout>(x, to);
       return typemesh::replace_mesh<Layout, Kind>(x, to);
     }
   }

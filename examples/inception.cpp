@@ -67,15 +67,10 @@ struct inception_sizes {
 
 namespace {
 
-[[noreturn]] void unsupported(const char* strategy, int count) {
-  throw typemesh::error(typemesh::detail::cat("inception strategy '", strategy,
-                                              "' is given for 1, 4, 8, 16, 32 or 64 devices, not for ", count));
-}
-
 void require_supported(const char* strategy, int count) {
   for (int c : {1, 4, 8, 16, 32, 64})
     if (c == count) return;
-  unsupported(strategy, count);
+  strategy_not_given_for("inception", strategy, count, "1, 4, 8, 16, 32 or 64 devices");
 }
 
 }  // namespace

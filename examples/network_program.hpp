@@ -45,6 +45,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -53,6 +54,27 @@
 #include <typemesh/io/text.hpp>
 #include <typemesh/train/trainer.hpp>
 #include <typemesh/typemesh.hpp>
+
+// A device count a strategy is not given for: the error every network throws
+// from make_meshes, naming the strategy and the counts it supports.
+[[noreturn]] inline void strategy_not_given_for(std::string_view network, std::string_view strategy, int count,
+                                                std::string_view supported) {
+  throw typemesh::error(
+      typemesh::detail::cat(network, " strategy '", strategy, "' is given for ", supported, ", not for ", count));
+}
+
+// The mean of per-position losses over the real positions: `mask` (a text
+// batch's target_mask, row-major in the losses' dim order) is 1 at a word
+// and 0 at padding.
+template <class Losses>
+auto masked_mean(const Losses& losses, const std::vector<float>& mask) {
+  double real = 0;
+  for (float v : mask) real += v;
+  typemesh::host_tensor<float, typename Losses::shape_type> whole(losses.shape());
+  whole.values() = mask;
+  const auto on_mesh = typemesh::import_tensor<typename Losses::layout_type>(losses.mesh(), whole);
+  return typemesh::reduce_sum(losses * on_mesh) * static_cast<float>(1.0 / std::max(real, 1.0));
+}
 
 // --- Data ----------------------------------------------------------------------
 

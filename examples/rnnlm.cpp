@@ -59,14 +59,9 @@ namespace devices = typemesh::devices;
 // and the kinds of the two mesh replacements around the LSTM (checked moves,
 // see convert/replace_mesh.hpp).
 
-// 0. Data parallel (rnnlm_data.py): one mesh of every device, the batch split.
-struct data_parallel {
-  static constexpr const char* name = "data-parallel";
-  using mesh0 = typemesh::mesh<"mesh0", axis0>;
-  using embed_mesh = mesh0;
-  using lstm0_mesh = mesh0;
-  using lstm1_mesh = mesh0;
-  using proj_mesh = mesh0;
+// The batch split over axis0 everywhere, every weight whole: data parallel
+// on one mesh, the GNMT pipeline on its halves.
+struct batch_split {
   using tokens = layout<batch(axis0)>;
   using labels = layout<batch(axis0)>;
   using embedding = layout<>;
@@ -75,6 +70,16 @@ struct data_parallel {
   using rnn_w = layout<>;
   using proj_in = layout<batch(axis0)>;
   using proj = layout<>;
+};
+
+// 0. Data parallel (rnnlm_data.py): one mesh of every device, the batch split.
+struct data_parallel : batch_split {
+  static constexpr const char* name = "data-parallel";
+  using mesh0 = typemesh::mesh<"mesh0", axis0>;
+  using embed_mesh = mesh0;
+  using lstm0_mesh = mesh0;
+  using lstm1_mesh = mesh0;
+  using proj_mesh = mesh0;
   using into_lstm = typemesh::same_slices;
   using out_of_lstm = typemesh::same_slices;
 
@@ -85,7 +90,6 @@ struct data_parallel {
     const mesh0 m({count});
     return {m, m, m, m};
   }
-  static std::string counts() { return "any device count"; }
 };
 
 // 1. PaSE's optimum (rnnlm_opt.py): four meshes with axes (axis0, axis1,
@@ -127,18 +131,12 @@ struct pase {
       case 16: s = {c{1, 1, 16}, c{2, 2, 2}, c{2, 2, 2}, c{1, 16, 1}}; break;
       case 32: s = {c{1, 1, 32}, c{4, 2, 2}, c{4, 2, 2}, c{1, 32, 1}}; break;
       case 64: s = {c{1, 1, 64}, c{8, 2, 2}, c{8, 2, 2}, c{1, 64, 1}}; break;
-      default: unsupported(name, count, counts());
+      default: strategy_not_given_for("rnnlm", name, count, "1, 4, 8, 16, 32 or 64 devices");
     }
     if (count == 1) return {embed_mesh(s[0]), lstm0_mesh(s[1]), lstm1_mesh(s[2]), proj_mesh(s[3])};
     const auto first = devices::first_half(count), second = devices::second_half(count);
     return {embed_mesh(s[0], devices::all(count)), lstm0_mesh(s[1], first), lstm1_mesh(s[2], second),
             proj_mesh(s[3], devices::concat(second, first))};
-  }
-  static std::string counts() { return "1, 4, 8, 16, 32 or 64 devices"; }
-
-  [[noreturn]] static void unsupported(const char* strategy, int count, const std::string& supported) {
-    throw typemesh::error(typemesh::detail::cat("rnnlm strategy '", strategy, "' is given for ", supported,
-                                                ", not for ", count));
   }
 };
 
@@ -159,7 +157,7 @@ struct pipeline_meshes {
   };
   static meshes make(const char* strategy, int count) {
     if (count == 1) return {all_mesh({1}), first_half_mesh({1}), second_half_mesh({1}), all_mesh({1})};
-    if (count % 2 != 0) pase::unsupported(strategy, count, "1 device or an even device count");
+    if (count % 2 != 0) strategy_not_given_for("rnnlm", strategy, count, "1 device or an even device count");
     const auto first = devices::first_half(count), second = devices::second_half(count);
     std::vector<int> interleaved;
     for (std::size_t i = 0; i < first.size(); ++i) interleaved.insert(interleaved.end(), {first[i], second[i]});
@@ -169,24 +167,15 @@ struct pipeline_meshes {
 };
 
 // 2. GNMT: the batch split everywhere; the vocab whole.
-struct gnmt : pipeline_meshes {
+struct gnmt : pipeline_meshes, batch_split {
   static constexpr const char* name = "gnmt";
   using embed_mesh = all_mesh;
   using lstm0_mesh = first_half_mesh;
   using lstm1_mesh = second_half_mesh;
   using proj_mesh = all_mesh;
-  using tokens = layout<batch(axis0)>;
-  using labels = layout<batch(axis0)>;
-  using embedding = layout<>;
-  using lstm_io = layout<batch(axis0)>;
-  using lstm_out = lstm_io;
-  using rnn_w = layout<>;
-  using proj_in = layout<batch(axis0)>;
-  using proj = layout<>;
   using into_lstm = typemesh::pipeline;
   using out_of_lstm = typemesh::pipeline;
   static meshes make_meshes(int count) { return make(name, count); }
-  static std::string counts() { return "1 device or an even device count"; }
 };
 
 // 3. FlexFlow: as GNMT up to the LSTM's output, which is replicated onto all
@@ -208,7 +197,6 @@ struct flexflow : pipeline_meshes {
   using into_lstm = typemesh::pipeline;
   using out_of_lstm = typemesh::replication;
   static meshes make_meshes(int count) { return make(name, count); }
-  static std::string counts() { return "1 device or an even device count"; }
 };
 
 // --- The model, for any strategy ------------------------------------------------------
@@ -264,19 +252,15 @@ class rnnlm {
     const auto inputs = typemesh::import_tensor<typename S::tokens>(m_.embed, host(s, b.source));
     const auto labels = typemesh::import_tensor<typename S::labels>(m_.proj, host(s, b.target));
 
-    auto x = move<typename S::lstm_io, typename S::into_lstm>(typemesh::embedding<k>(inputs, embedding_), m_.lstm0);
+    auto x = typemesh::replace_mesh<typename S::lstm_io, typename S::into_lstm>(typemesh::embedding<k>(inputs, embedding_),
+                                                                              m_.lstm0);
     auto y = typemesh::relayout<typename S::lstm_out>(two_layer_lstm(x));
-    auto h = move<typename S::proj_in, typename S::out_of_lstm>(y, m_.proj);
+    auto h = typemesh::replace_mesh<typename S::proj_in, typename S::out_of_lstm>(y, m_.proj);
     auto logits = typemesh::dense(h, proj_);  // [batch, seq, vocab]
     if (z_.vocab != z_.real_vocab) logits = logits + vocab_mask(logits);
     auto cross_entropy = typemesh::softmax_cross_entropy<vocab>(logits, labels);  // [batch, seq]
 
-    // The mean over real positions.
-    double real = 0;
-    for (float v : b.target_mask) real += v;
-    using ce_layout = typename decltype(cross_entropy)::layout_type;
-    const auto mask = typemesh::import_tensor<ce_layout>(m_.proj, host(s, b.target_mask));
-    auto loss = typemesh::reduce_sum(cross_entropy * mask) * static_cast<float>(1.0 / std::max(real, 1.0));
+    auto loss = masked_mean(cross_entropy, b.target_mask);
 
     typemesh::backward(loss);
     opt_.step(embedding_, rnn_w0_, rnn_w1_, proj_);
@@ -298,14 +282,6 @@ class rnnlm {
     typemesh::host_tensor<T, shape<batch, seq>> t(s);
     t.values() = v;
     return t;
-  }
-
-  // A move of the strategy's kind; on one device (the --check run) every
-  // mesh is that device, which only the plain kind describes.
-  template <class Layout, class Kind, class X, class Mesh>
-  static auto move(const X& x, const Mesh& to) {
-    if (to.device_count() == 1 && x.mesh().device_count() == 1) return typemesh::replace_mesh<Layout>(x, to);
-    return typemesh::replace_mesh<Layout, Kind>(x, to);
   }
 
   // Layer 0 on lstm0, layer 1 on lstm1, from zero states; after every time

@@ -56,11 +56,6 @@ struct transformer_sizes {
 
 namespace devices = typemesh::devices;
 
-[[noreturn]] inline void unsupported(const char* strategy, int count, const char* supported) {
-  throw typemesh::error(typemesh::detail::cat("transformer strategy '", strategy, "' is given for ", supported,
-                                              ", not for ", count, " devices"));
-}
-
 // Every strategy names two meshes, `io` (token ids, embeddings, the final
 // projection and the loss) and `model` (the encoder and decoder layers), the
 // same mesh where the reference uses one, and the layouts of the tensors:
@@ -131,7 +126,7 @@ struct pase {
       case 16: s = z.big ? c{8, 2} : c{16, 1}; break;
       case 32: s = {16, 2}; break;
       case 64: s = z.big ? c{16, 4} : c{32, 2}; break;
-      default: unsupported(name, count, "1, 4, 8, 16, 32 or 64 devices");
+      default: strategy_not_given_for("transformer", name, count, "1, 4, 8, 16, 32 or 64 devices");
     }
     return {io_mesh({count}), model_mesh(s)};
   }
@@ -166,7 +161,7 @@ struct mesh_tensorflow {
       case 16: s = {4, 4}; break;
       case 32: s = {4, 8}; break;
       case 64: s = {8, 8}; break;
-      default: unsupported(name, count, "1, 4, 8, 16, 32 or 64 devices");
+      default: strategy_not_given_for("transformer", name, count, "1, 4, 8, 16, 32 or 64 devices");
     }
     const model_mesh m(s);
     return {m, m};
@@ -272,11 +267,7 @@ class transformer {
     auto logits = typemesh::dense(to_projection(y), projection_);  // [batch, length, vocab]
     if (z_.tgt_vocab != z_.real_tgt_vocab) logits = logits + vocab_mask(logits);
     auto cross_entropy = typemesh::softmax_cross_entropy<vocab>(logits, target);  // [batch, length]
-    double real = 0;
-    for (float v : b.target_mask) real += v;
-    using ce_layout = typename decltype(cross_entropy)::layout_type;
-    const auto mask = typemesh::import_tensor<ce_layout>(m_.io, host(s, b.target_mask));
-    auto loss = typemesh::reduce_sum(cross_entropy * mask) * static_cast<float>(1.0 / std::max(real, 1.0));
+    auto loss = masked_mean(cross_entropy, b.target_mask);
 
     typemesh::backward(loss);
     visit_parameters(*this, [&](const std::string&, auto& p) { opt_.step(p); });
@@ -398,7 +389,7 @@ class transformer {
   activations_t to_layers(const embedded_t& e, const positions_t& positions) const {
     const auto scale = static_cast<float>(std::sqrt(static_cast<double>(z_.d_model)));
     if constexpr (S::replaces_mesh) {
-      return move<typename S::activations, typename S::moves>(e, m_.model) * scale + positions;
+      return typemesh::replace_mesh<typename S::activations, typename S::moves>(e, m_.model) * scale + positions;
     } else {
       return e * scale + positions;
     }
@@ -407,16 +398,8 @@ class transformer {
   // The decoder's output onto the projection's mesh (pase: back to the
   // replicated one-axis mesh).
   auto to_projection(const activations_t& y) const {
-    if constexpr (S::replaces_mesh) return move<typename S::logits_in, typename S::moves>(y, m_.io);
+    if constexpr (S::replaces_mesh) return typemesh::replace_mesh<typename S::logits_in, typename S::moves>(y, m_.io);
     else return y;
-  }
-
-  // A move of the strategy's kind; on one device (the --check run) every
-  // mesh is that device, which only the plain kind describes.
-  template <class Layout, class Kind, class X, class Mesh>
-  static auto move(const X& x, const Mesh& to) {
-    if (to.device_count() == 1 && x.mesh().device_count() == 1) return typemesh::replace_mesh<Layout>(x, to);
-    return typemesh::replace_mesh<Layout, Kind>(x, to);
   }
 
   // Mesh-TensorFlow's multihead attention of x over memory (MemoryLength its

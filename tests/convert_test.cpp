@@ -336,6 +336,28 @@ TEST(Kinds, PipelineBetweenAMeshAndEveryOtherDevice) {
   });
 }
 
+// On one device every mesh is that device and nothing moves: every kind
+// describes that, so a strategy's moves keep their kinds when it runs on one
+// device. Two different single devices are still checked.
+TEST(Kinds, OneDeviceMeshesFitEveryKind) {
+  const whole h = numbered(S{8, 2, 2});
+  launch(2, [&](device& dev) {
+    P1 one({1}, {0});
+    P2 same({1}, {0}), other({1}, {1});
+    auto x = typemesh::import_tensor<layout<d0(a0)>>(one, h);
+    dev.traffic().reset();
+    auto y = typemesh::replace_mesh<layout<d0(a0)>, typemesh::pipeline>(x, same);
+    auto z = typemesh::replace_mesh<layout<d0(a0)>, typemesh::concat_split>(y, one);
+    EXPECT_EQ(dev.traffic().bytes_sent(), 0u);
+    if (dev.id() == 0) {
+      EXPECT_EQ(typemesh::export_tensor(z), h);
+    }
+    expect_error<typemesh::device_error>(
+        [&] { typemesh::replace_mesh<layout<d0(a0)>, typemesh::pipeline>(x, other); },
+        {"not a mesh and every other device of it"});
+  });
+}
+
 }  // namespace
 
 namespace {
@@ -489,8 +511,12 @@ TEST(Identity, RepeatedTransfersKeepTheirOrder) {
       auto y = typemesh::replace_mesh<layout<d1(a0)>>(x, to);
       auto back = typemesh::replace_mesh<layout<d0(a0)>>(y, from);
       auto there = typemesh::export_tensor(y), here = typemesh::export_tensor(back);
-      if (to.contains(typemesh::this_device().id())) EXPECT_EQ(there, rep % 2 ? g : h);
-      if (from.contains(typemesh::this_device().id())) EXPECT_EQ(here, rep % 2 ? g : h);
+      if (to.contains(typemesh::this_device().id())) {
+        EXPECT_EQ(there, rep % 2 ? g : h);
+      }
+      if (from.contains(typemesh::this_device().id())) {
+        EXPECT_EQ(here, rep % 2 ? g : h);
+      }
     }
   });
 }
