@@ -341,7 +341,7 @@ TEST(Kinds, PipelineBetweenAMeshAndEveryOtherDevice) {
 // device. Two different single devices are still checked.
 TEST(Kinds, OneDeviceMeshesFitEveryKind) {
   const whole h = numbered(S{8, 2, 2});
-  launch(2, [&](device& dev) {
+  launch(8, [&](device& dev) {  // 8: the suite also runs on 8 MPI ranks
     P1 one({1}, {0});
     P2 same({1}, {0}), other({1}, {1});
     auto x = typemesh::import_tensor<layout<d0(a0)>>(one, h);
