@@ -28,11 +28,9 @@
 // (a mean of layer-normed values) is flat by construction, so only its
 // finiteness is checked.
 //
-// Threads: --threads N sets OpenBLAS's thread count. The library sets it
-// itself on the first GEMM (cores / simulated devices, see
-// backend/blas.hpp), ignoring OPENBLAS_NUM_THREADS; the program lets that
-// happen once and then sets N, which the library leaves alone afterwards.
-// typemesh's own (non-GEMM) kernels run on the device's one thread either way.
+// Threads: --threads N is launch_options::threads_per_device: the device's
+// kernels and BLAS run on N threads. Without it the library divides the
+// cores (or OPENBLAS_NUM_THREADS) among the devices; here there is one.
 //
 // Flags: --step mlp|transformer|rnnlm|conv|all (default all), --steps N
 // (timed, default 10), --warmup N (default 2), --threads N (default: the
@@ -275,17 +273,13 @@ options parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const options o = parse(argc, argv);
-  if (o.threads > 0) {
-    // Let the library make its one change now, then override it.
-    typemesh::backend::share_blas_threads(1);
-    openblas_set_num_threads(o.threads);
-  }
 #if defined(__GNUC__) && !defined(__OPTIMIZE__)
   std::printf("WARNING: built without optimization; the numbers mean little\n");
 #endif
   bool ok = true;
   try {
-    typemesh::launch(1, [&](typemesh::device&) {
+    // threads 0: the library's own choice (the cores, or OPENBLAS_NUM_THREADS).
+    typemesh::launch({.devices = 1, .threads_per_device = o.threads}, [&](typemesh::device&) {
       const one_mesh m({1});
       for (const char* name : {"mlp", "transformer", "rnnlm", "conv"}) {
         if (o.step != "all" && o.step != name) continue;

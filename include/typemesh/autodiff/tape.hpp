@@ -48,7 +48,7 @@ void accumulate(node& n, G&& g) {
     throw shape_error(typemesh::detail::cat("gradient of '", n.what, "': a contribution of ", add.local().size(),
                                             " local elements meets ", held.local().size()));
   }
-  backend::add_into(held.storage(), add.storage());
+  backend::add_into(held.space(), held.data(), add.data(), held.local_size());
 }
 
 // The gradient a node holds, as a tensor of type Want: a reference when Want
@@ -130,7 +130,7 @@ void backward(const tensor<T, S, L, M>& loss, const tensor<T, S, L, M>* seed = n
   }
   no_grad pause;
   tensor<T, S, L, M> one = seed ? seed->detached() : tensor<T, S, L, M>(loss.mesh(), loss.shape());
-  if (!seed) backend::fill(one.storage(), T{1});
+  if (!seed) backend::fill(one.space(), one.data(), one.local_size(), T{1});
   auto order = autodiff::reachable(loss.node());
   autodiff::accumulate<tensor<T, S, L, M>>(*order.front(), std::move(one));
   for (const auto& n : order) {

@@ -20,6 +20,8 @@
 #include <thread>
 #include <type_traits>
 
+#include "typemesh/backend/host/thread_pool.hpp"
+
 namespace typemesh::backend {
 
 // The cores BLAS may use in this process: the first of the variables that
@@ -47,16 +49,14 @@ inline int blas_cores() {
 // BLAS threads per device when `devices` devices share blas_cores().
 inline int blas_threads_per_device(int devices) { return std::max(1, blas_cores() / std::max(1, devices)); }
 
-// Sets the BLAS thread count for `devices` devices sharing this process's
-// cores. Operations call it before their local products; cheap when nothing
-// changes.
-inline void share_blas_threads(int devices) {
+// Gives BLAS the calling device's kernel threads (host::kernel_threads(),
+// which launch sets). Operations call it before their local products; cheap
+// when nothing changes.
+inline void share_blas_threads() {
 #if defined(OPENBLAS_VERSION)
   static std::atomic<int> current{0};
-  const int want = blas_threads_per_device(devices);
+  const int want = host::kernel_threads();
   if (current.exchange(want) != want) openblas_set_num_threads(want);
-#else
-  (void)devices;
 #endif
 }
 

@@ -1,11 +1,11 @@
-// Which Thrust system runs the kernels. A CPU build (g++) uses Thrust's
-// sequential host system for "device" storage; a CUDA build (nvcc) uses the
-// GPU. The CMake target sets THRUST_DEVICE_SYSTEM for CPU builds; this header
-// sets it for anyone who includes typemesh without the target.
+// Compiler switches. TYPEMESH_CUDA is on where nvcc compiles the library
+// (the CUDA space and its kernels exist only then). TYPEMESH_KERNEL marks a
+// kernel body (a lambda or function) that must compile for the host and, in
+// a CUDA build, for the GPU; nvcc needs --extended-lambda for the lambdas.
 #pragma once
 
-#if !defined(THRUST_DEVICE_SYSTEM) && !defined(__CUDACC__)
-#define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CPP
+#if defined(__CUDACC__) && !defined(TYPEMESH_NO_CUDA)
+#define TYPEMESH_CUDA 1
 #endif
 
 #if defined(__CUDACC__)
@@ -13,3 +13,4 @@
 #else
 #define TYPEMESH_HOST_DEVICE
 #endif
+#define TYPEMESH_KERNEL TYPEMESH_HOST_DEVICE

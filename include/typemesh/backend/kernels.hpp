@@ -1,59 +1,58 @@
-// Local kernels on a device's storage: elementwise maps, reductions and box
-// copies between dense row-major arrays. They run through Thrust on the
-// build's device system and never communicate.
+// Local kernels on a device's elements: fills, elementwise maps, sums and
+// box copies between dense row-major arrays, for any space (the first
+// argument). They never communicate.
 #pragma once
-
-#include "typemesh/backend/config.hpp"
-
-#include <thrust/copy.h>
-#include <thrust/execution_policy.h>
-#include <thrust/fill.h>
-#include <thrust/for_each.h>
-#include <thrust/functional.h>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/reduce.h>
-#include <thrust/transform.h>
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
-#include "typemesh/backend/storage.hpp"
+#include "typemesh/backend/config.hpp"
+#include "typemesh/backend/parallel.hpp"
 
 namespace typemesh::backend {
 
-template <class T>
-void fill(storage<T>& s, T value) {
-  thrust::fill(s.begin(), s.end(), value);
+template <class Space, class T>
+void fill(Space s, T* out, std::int64_t n, T value) {
+  parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { out[i] = value; });
 }
 
 // out[i] = f(in[i]); out may be in.
-template <class T, class U, class F>
-void map(const storage<T>& in, storage<U>& out, F f) {
-  thrust::transform(in.begin(), in.end(), out.begin(), f);
+template <class Space, class T, class U, class F>
+void map(Space s, const T* in, U* out, std::int64_t n, F f) {
+  parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { out[i] = f(in[i]); });
 }
 
 // out[i] = f(a[i], b[i]); out may be a or b.
-template <class T, class U, class V, class F>
-void zip(const storage<T>& a, const storage<U>& b, storage<V>& out, F f) {
-  thrust::transform(a.begin(), a.end(), b.begin(), out.begin(), f);
+template <class Space, class T, class U, class V, class F>
+void zip(Space s, const T* a, const U* b, V* out, std::int64_t n, F f) {
+  parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { out[i] = f(a[i], b[i]); });
 }
 
 // dst[i] += src[i].
-template <class T>
-void add_into(storage<T>& dst, const storage<T>& src) {
-  thrust::transform(dst.begin(), dst.end(), src.begin(), dst.begin(), thrust::plus<T>());
+template <class Space, class T>
+void add_into(Space s, T* dst, const T* src, std::int64_t n) {
+  parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { dst[i] += src[i]; });
 }
 
 template <class T>
-T sum(const storage<T>& s) {
-  return thrust::reduce(s.begin(), s.end(), T{0}, thrust::plus<T>());
+struct plus {
+  TYPEMESH_KERNEL T operator()(T a, T b) const { return a + b; }
+};
+template <class T>
+struct maximum {
+  TYPEMESH_KERNEL T operator()(T a, T b) const { return a < b ? b : a; }
+};
+
+template <class Space, class T>
+T sum(Space s, const T* x, std::int64_t n) {
+  return parallel_sum(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { return x[i]; }, T{0}, plus<T>{});
 }
 
-template <class T>
-T max(const storage<T>& s, T lowest) {
-  return thrust::reduce(s.begin(), s.end(), lowest, thrust::maximum<T>());
+template <class Space, class T>
+T max(Space s, const T* x, std::int64_t n, T lowest) {
+  return parallel_sum(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { return x[i]; }, lowest, maximum<T>{});
 }
 
 // A box of a dense row-major array: the array's extents and the box's corner.
@@ -103,10 +102,10 @@ std::array<std::int64_t, Rank> strides(const std::array<std::int64_t, Rank>& ext
 }
 }  // namespace detail
 
-// Copies a box of `extent` from src (at from.begin) into dst (at to.begin).
-// Both pointers address memory of the build's device system.
-template <class T, std::size_t Rank>
-void copy_box(const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
+// Copies a box of `extent` from src (at from.begin) into dst (at to.begin),
+// both in memory of the space.
+template <class Space, class T, std::size_t Rank>
+void copy_box(Space space, const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
               const std::array<std::int64_t, Rank>& extent) {
   std::int64_t rows = 1;
   for (std::size_t i = 0; i < Rank; ++i) {
@@ -114,7 +113,7 @@ void copy_box(const T* src, const region<Rank>& from, T* dst, const region<Rank>
     if (i + 1 < Rank) rows *= extent[i];
   }
   if constexpr (Rank == 0) {
-    thrust::copy_n(thrust::device, src, 1, dst);
+    parallel_for(space, 1, [=] TYPEMESH_KERNEL(std::int64_t) { *dst = *src; });
   } else {
     detail::copy_rows<T, Rank> k{src, dst, {}, {}, {}, 0, 0};
     auto ss = detail::strides(from.array_extent), ds = detail::strides(to.array_extent);
@@ -125,8 +124,7 @@ void copy_box(const T* src, const region<Rank>& from, T* dst, const region<Rank>
       k.src_offset += from.begin[i] * ss[i];
       k.dst_offset += to.begin[i] * ds[i];
     }
-    thrust::for_each(thrust::device, thrust::counting_iterator<std::int64_t>(0),
-                     thrust::counting_iterator<std::int64_t>(rows), k);
+    parallel_for(space, rows, k, grain_for(extent[Rank - 1]));
   }
 }
 

@@ -1,29 +1,33 @@
-// A device's local storage: one vector in the device system's memory. On a
-// CUDA build that is a Thrust device_vector; on a CPU build a std::vector
+// A device's local storage, per space. The host space's is a std::vector
 // whose elements are left uninitialised unless a value is given, so that an
-// operation's output is not zero-filled before it is written.
+// operation's output is not zero-filled before it is written, and whose
+// large blocks are reused; the CUDA space's is a Thrust device_vector.
+//
+// The elements are seen through view(): a std::span for host memory, a
+// device_span for GPU memory. A device_span has no operator[], so host code
+// that would index GPU memory does not compile; kernels take its data().
 #pragma once
 
 #include "typemesh/backend/config.hpp"
-
-#include <thrust/device_free.h>
-#include <thrust/device_malloc.h>
-#include <thrust/device_vector.h>
+#include "typemesh/core/space.hpp"
 
 #include <cstddef>
 #include <memory>
 #include <new>
 #include <span>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#if defined(TYPEMESH_CUDA)
+#include <thrust/device_free.h>
+#include <thrust/device_malloc.h>
+#include <thrust/device_vector.h>
+#endif
+
 namespace typemesh::backend {
 
-#if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
-template <class T>
-using storage = thrust::device_vector<T>;
-#else
 namespace detail {
 // Freed large blocks, kept per thread by exact size for the next tensor of
 // that size. Eager operations allocate and free outputs of the same sizes
@@ -108,24 +112,84 @@ struct default_init_allocator : std::allocator<T> {
     ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
 };
+namespace detail {
+template <class T, class Space>
+struct storage_of;
 template <class T>
-using storage = std::vector<T, default_init_allocator<T>>;
+struct storage_of<T, host_space> {
+  using type = std::vector<T, default_init_allocator<T>>;
+};
+#if defined(TYPEMESH_CUDA)
+template <class T>
+struct storage_of<T, cuda_space> {
+  using type = thrust::device_vector<T>;
+};
+#endif
+}  // namespace detail
+
+template <class T, class Space = host_space>
+using storage = typename detail::storage_of<T, Space>::type;
+
+// GPU elements as the host sees them: where they are and how many, nothing
+// to index.
+template <class T>
+class device_span {
+ public:
+  device_span(T* data, std::size_t size) : data_(data), size_(size) {}
+  operator device_span<const T>() const { return {data_, size_}; }
+  T* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  T* data_;
+  std::size_t size_;
+};
+
+template <class T>
+std::span<T> view(std::vector<T, default_init_allocator<T>>& s) {
+  return {s.data(), s.size()};
+}
+template <class T>
+std::span<const T> view(const std::vector<T, default_init_allocator<T>>& s) {
+  return {s.data(), s.size()};
+}
+#if defined(TYPEMESH_CUDA)
+template <class T>
+device_span<T> view(thrust::device_vector<T>& s) {
+  return {thrust::raw_pointer_cast(s.data()), s.size()};
+}
+template <class T>
+device_span<const T> view(const thrust::device_vector<T>& s) {
+  return {thrust::raw_pointer_cast(s.data()), s.size()};
+}
 #endif
 
-// The raw elements of a storage. On a CPU build these are host memory.
-template <class T>
-std::span<T> view(storage<T>& s) {
-  return {thrust::raw_pointer_cast(s.data()), s.size()};
-}
-template <class T>
-std::span<const T> view(const storage<T>& s) {
-  return {thrust::raw_pointer_cast(s.data()), s.size()};
-}
+// Uninitialised memory of a space, for staging and work space.
+template <class T, class Space = host_space>
+class scratch;
 
-// Uninitialised memory of the device system, for staging: unlike storage,
-// it is not zero-filled first.
 template <class T>
-class scratch {
+class scratch<T, host_space> {
+ public:
+  explicit scratch(std::size_t n) : n_(n), p_(n ? default_init_allocator<T>().allocate(n) : nullptr) {}
+  ~scratch() {
+    if (n_) default_init_allocator<T>().deallocate(p_, n_);
+  }
+  scratch(const scratch&) = delete;
+  scratch& operator=(const scratch&) = delete;
+
+  T* data() const { return p_; }
+  std::size_t size() const { return n_; }
+
+ private:
+  std::size_t n_;
+  T* p_;
+};
+
+#if defined(TYPEMESH_CUDA)
+template <class T>
+class scratch<T, cuda_space> {
  public:
   explicit scratch(std::size_t n) : n_(n), p_(n ? thrust::device_malloc<T>(n) : thrust::device_ptr<T>()) {}
   ~scratch() {
@@ -141,5 +205,6 @@ class scratch {
   std::size_t n_;
   thrust::device_ptr<T> p_;
 };
+#endif
 
 }  // namespace typemesh::backend

@@ -81,7 +81,7 @@ void run_transfer(const std::string& what, const transfer_plan<Rank>& plan, loca
     backend::scratch<std::remove_const_t<T>> message(total(pieces));
     auto* at = message.data();
     for (auto* p : pieces) {
-      backend::copy_box(in.data, in.region_of(p->region), at, packed(p->region), p->region.extent);
+      backend::copy_box(host_space{}, in.data, in.region_of(p->region), at, packed(p->region), p->region.extent);
       at += p->region.elements();
     }
     dev.send_labelled(what, peer, std::span<const T>(message.data(), message.size()));
@@ -90,7 +90,7 @@ void run_transfer(const std::string& what, const transfer_plan<Rank>& plan, loca
   // What this device keeps.
   for (const auto& p : plan.pieces) {
     if (p.from == me && p.to == me) {
-      backend::copy_box(in.data, in.region_of(p.region), out.data, out.region_of(p.region), p.region.extent);
+      backend::copy_box(host_space{}, in.data, in.region_of(p.region), out.data, out.region_of(p.region), p.region.extent);
     }
   }
 
@@ -104,7 +104,7 @@ void run_transfer(const std::string& what, const transfer_plan<Rank>& plan, loca
     dev.recv_labelled(what, peer, std::span<T>(message.data(), message.size()));
     const T* at = message.data();
     for (auto* p : pieces) {
-      backend::copy_box(at, packed(p->region), out.data, out.region_of(p->region), p->region.extent);
+      backend::copy_box(host_space{}, at, packed(p->region), out.data, out.region_of(p->region), p->region.extent);
       at += p->region.elements();
     }
   }

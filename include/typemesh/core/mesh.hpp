@@ -25,6 +25,7 @@
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/group.hpp"
 #include "typemesh/core/name.hpp"
+#include "typemesh/core/space.hpp"
 #include "typemesh/core/type_list.hpp"
 
 namespace typemesh {
@@ -35,6 +36,7 @@ class mesh {
   static_assert((sizeof(diagnostic::axis_repeated_in_mesh<Axes, mesh, (detail::count<Axes, Axes...> > 1)>) && ...));
 
  public:
+  using space = host_space;
   static constexpr std::string_view name = Name.view();
   static constexpr std::size_t rank = sizeof...(Axes);
   static constexpr std::array<std::string_view, rank> axis_names{Axes::name...};

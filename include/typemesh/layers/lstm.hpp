@@ -497,7 +497,7 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
     // z = xh . w: partial sums over this device's k, then over all of k.
     mem->gates.resize(static_cast<std::size_t>(rows * nl));
     T* z = backend::view(mem->gates).data();
-    backend::share_blas_threads(this_device().count());
+    backend::share_blas_threads();
     backend::gemm<T>(false, false, rows, nl, kl, T{1}, xh.local().data(), kl, w->local().data(), nl, T{0}, z, nl);
     if constexpr (!std::is_void_v<KA>) {
       group g = xh.mesh().template group_along<KA>(xh.device());
@@ -530,7 +530,7 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
     XH dxh(dy.mesh(), xs, uninitialized);
     if (dy.holds_data()) {
       const auto dz = dz_of(dy, nullptr);
-      backend::share_blas_threads(this_device().count());
+      backend::share_blas_threads();
       backend::gemm<T>(false, true, rows, kl, nl, T{1}, backend::view(dz).data(), nl, w->local().data(), nl, T{0},
                        dxh.local().data(), kl);
       allreduce_along<NA>(dxh);
@@ -551,7 +551,7 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
     W g(xv->mesh(), ws, uninitialized);
     if (dy.holds_data()) {
       const auto dz = dz_of(dy, nullptr);
-      backend::share_blas_threads(this_device().count());
+      backend::share_blas_threads();
       backend::gemm<T>(true, false, kl, nl, rows, T{1}, xv->local().data(), kl, backend::view(dz).data(), nl, T{0},
                        g.local().data(), nl);
     }
@@ -679,7 +679,7 @@ auto time_step(const tensor<T, S, L, M>& x, std::int64_t t) {
     Y out(x.mesh(), shape_from<shape_without<S, Time>>(x.shape()), uninitialized);
     const auto e = lstm_detail::around<Time, S>(x.local_extent());
     if (x.holds_data()) {
-      backend::copy_box(x.local().data(), backend::region<3>{e, {0, t, 0}}, out.local().data(),
+      backend::copy_box(x.space(), x.data(), backend::region<3>{e, {0, t, 0}}, out.local().data(),
                         backend::region<3>{{e[0], 1, e[2]}, {}}, {e[0], 1, e[2]});
     }
     if (!autodiff::recording() || !x.tracked()) return out;
@@ -728,7 +728,7 @@ auto stack_steps(const std::vector<tensor<T, SH, L, M>>& steps) {
     const auto e = lstm_detail::around<Time, Shape>(out.local_extent());
     if (out.holds_data()) {
       for (std::size_t t = 0; t < steps.size(); ++t) {
-        backend::copy_box(steps[t].local().data(), backend::region<3>{{e[0], 1, e[2]}, {}}, out.local().data(),
+        backend::copy_box(out.space(), steps[t].data(), backend::region<3>{{e[0], 1, e[2]}, {}}, out.local().data(),
                           backend::region<3>{e, {0, static_cast<std::int64_t>(t), 0}}, {e[0], 1, e[2]});
       }
     }

@@ -48,7 +48,7 @@ tensor<T, Out, OutL, M> broadcast_apply(const tensor<T, SA, LA, M>& a, const ten
   tensor<T, Out, OutL, M> out(a.mesh(), s, uninitialized);
   if (!a.holds_data()) return out;
   if constexpr (std::is_same_v<SA, Out> && std::is_same_v<SB, Out>) {
-    backend::zip(a.storage(), b.storage(), out.storage(), f);
+    backend::zip(a.space(), a.data(), b.data(), out.data(), a.local_size(), f);
   } else {
     using U = dims_of<Out>;
     backend::binary(a.local().data(), local_dims_of<U>(a), b.local().data(), local_dims_of<U>(b), out.local().data(),

@@ -47,7 +47,7 @@ tensor<T, Out, OutL, M> contract_to(const tensor<T, SA, LA, M>& a, const tensor<
   tensor<T, Out, OutL, M> out(a.mesh(), out_shape, uninitialized);
   if (!a.holds_data()) return out;
   using U = dims_of<shape_union<shape_union<Out, SA>, SB>>;
-  backend::share_blas_threads(this_device().count());
+  backend::share_blas_threads();
   backend::contract(a.local().data(), local_dims_of<U>(a), b.local().data(), local_dims_of<U>(b), out.local().data(),
                     local_dims_of<U>(out));
   if constexpr (any(axes)) {

@@ -21,7 +21,7 @@ namespace ops_detail {
 template <class U, class T, class S, class L, class M, class F>
 tensor<U, S, L, M> apply(const tensor<T, S, L, M>& x, F f) {
   tensor<U, S, L, M> out(x.mesh(), x.shape(), uninitialized);
-  backend::map(x.storage(), out.storage(), f);
+  backend::map(x.space(), x.data(), out.data(), x.local_size(), f);
   return out;
 }
 
@@ -29,7 +29,7 @@ tensor<U, S, L, M> apply(const tensor<T, S, L, M>& x, F f) {
 template <class Tensor, class F>
 Tensor apply2(const Tensor& a, const Tensor& b, F f) {
   Tensor out(a.mesh(), a.shape(), uninitialized);
-  backend::zip(a.storage(), b.storage(), out.storage(), f);
+  backend::zip(a.space(), a.data(), b.data(), out.data(), a.local_size(), f);
   return out;
 }
 
@@ -124,7 +124,7 @@ tensor<T, S, L, M> operator-(const tensor<T, S, L, M>& x) {
 template <class Layout, class T = float, class S, class M>
 tensor<T, S, Layout, M> constant(const M& m, const S& s, T value) {
   tensor<T, S, Layout, M> t(m, s);
-  backend::fill(t.storage(), value);
+  backend::fill(t.space(), t.data(), t.local_size(), value);
   return t;
 }
 template <class Layout, class T = float, class S, class M>

@@ -23,6 +23,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "typemesh/backend/optimizers.hpp"
+#include "typemesh/backend/storage.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/tensor/tape_node.hpp"
 
@@ -82,10 +84,7 @@ class sgd {
   void update(V& v) {
     if (!v.has_grad()) return;
     using T = typename V::value_type;
-    auto w = v.local();
-    auto g = v.grad().local();
-    const T r = static_cast<T>(rate_);
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] -= r * g[i];
+    backend::sgd_update(v.space(), v.data(), v.grad().data(), v.local_size(), static_cast<T>(rate_));
     v.zero_grad();
   }
   double rate_;
@@ -112,27 +111,30 @@ class adam {
   // Each variable counts its own steps (as PyTorch's Adam does), so that
   // variables stepped by separate calls get the same bias correction as in
   // one call.
+  // Kept in host memory for host variables; type-erased so that one adam
+  // serves variables of any space.
   struct moments {
-    std::vector<double> m, v;
+    std::shared_ptr<void> m, v;
     long steps = 0;
   };
 
   template <class V>
   void update(V& var) {
     if (!var.has_grad()) return;
-    using T = typename V::value_type;
-    auto w = var.local();
-    auto g = var.grad().local();
+    using store = backend::storage<double, typename V::space_type>;
+    const std::int64_t n = var.local_size();
     moments& s = state_[var.node().get()];
-    if (s.m.size() != w.size()) s.m.assign(w.size(), 0.0), s.v.assign(w.size(), 0.0);
-    const auto t = static_cast<double>(++s.steps);
-    const double c1 = 1 - std::pow(beta1_, t), c2 = 1 - std::pow(beta2_, t);
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      const double gi = static_cast<double>(g[i]);
-      s.m[i] = beta1_ * s.m[i] + (1 - beta1_) * gi;
-      s.v[i] = beta2_ * s.v[i] + (1 - beta2_) * gi * gi;
-      w[i] -= static_cast<T>(rate_ * (s.m[i] / c1) / (std::sqrt(s.v[i] / c2) + epsilon_));
+    auto* m = static_cast<store*>(s.m.get());
+    if (!m || static_cast<std::int64_t>(m->size()) != n) {
+      s.m = std::make_shared<store>(n, 0.0);
+      s.v = std::make_shared<store>(n, 0.0);
+      m = static_cast<store*>(s.m.get());
     }
+    auto* v = static_cast<store*>(s.v.get());
+    const auto t = static_cast<double>(++s.steps);
+    backend::adam_update(var.space(), var.data(), var.grad().data(), backend::view(*m).data(),
+                         backend::view(*v).data(), n,
+                         {rate_, beta1_, beta2_, epsilon_, 1 - std::pow(beta1_, t), 1 - std::pow(beta2_, t)});
     var.zero_grad();
   }
 

@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "typemesh/backend/blas.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/runtime/device.hpp"
 #include "typemesh/runtime/host_world.hpp"
@@ -41,9 +42,22 @@ struct launch_options {
   // How long any one wait (a collective, a recv) may take before it fails.
   std::chrono::milliseconds timeout{60'000};
   backend_kind backend = backend_kind::automatic;
+  // Threads each device's host kernels (and BLAS) run on, itself included.
+  // 0: the process's cores (OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or
+  // OMP_NUM_THREADS when set) divided among the devices, at least 1.
+  int threads_per_device = 0;
 };
 
 namespace detail {
+
+// The threads of each device's kernels under these options.
+inline int kernel_threads_for(const launch_options& options, int devices) {
+  if (options.threads_per_device < 0) {
+    throw device_error(cat("launch: threads_per_device must be 0 (the cores divided among the devices) or more, got ",
+                           options.threads_per_device));
+  }
+  return options.threads_per_device > 0 ? options.threads_per_device : backend::blas_threads_per_device(devices);
+}
 
 inline std::string describe_exception(std::exception_ptr e) {
   try {
@@ -105,6 +119,7 @@ auto launch(const launch_options& options, F&& f) {
   constexpr bool returns = !std::is_void_v<result>;
   using slot = std::conditional_t<returns, std::optional<std::decay_t<result>>, char>;
 
+  const int kernel_threads = detail::kernel_threads_for(options, options.devices);
   host_world world(options.devices, options.timeout);
   std::vector<slot> results(options.devices);
   std::mutex failure_mutex;
@@ -113,6 +128,7 @@ auto launch(const launch_options& options, F&& f) {
   auto body = [&](int id) {
     device dev{host_communicator(world, id)};
     detail::current_device() = &dev;
+    backend::host::kernel_threads() = kernel_threads;
     try {
       if constexpr (returns) results[id].emplace(detail::call_on(f, dev));
       else detail::call_on(f, dev);

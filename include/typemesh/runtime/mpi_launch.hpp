@@ -144,6 +144,7 @@ auto mpi_launch(const launch_options& options, F& f) {
   auto state = std::make_shared<mpi_state>(MPI_COMM_WORLD, options.timeout);
   device dev{mpi_communicator(state)};
   device* previous = std::exchange(detail::current_device(), &dev);
+  const int threads_before = std::exchange(backend::host::kernel_threads(), detail::kernel_threads_for(options, size));
   try {
     if constexpr (std::is_void_v<result>) {
       detail::call_on(f, dev);
@@ -151,12 +152,14 @@ auto mpi_launch(const launch_options& options, F& f) {
       state->check_no_leftovers();
       state->finish();
       detail::current_device() = previous;
+      backend::host::kernel_threads() = threads_before;
     } else {
       auto mine = detail::call_on(f, dev);
       state->announce_finished();
       state->check_no_leftovers();
       state->finish();
       detail::current_device() = previous;
+      backend::host::kernel_threads() = threads_before;
       return detail::mpi_gather_all<std::decay_t<result>>(state->world(), rank, size, std::move(mine));
     }
   } catch (...) {

@@ -88,8 +88,8 @@ void blocks_along(const T* packed_or_src, T* dst_or_packed, const std::array<std
   for (int j = 0; j < parts; ++j) {
     backend::region<Rank> whole{extent, {}}, piece{part, {}};
     whole.begin[d] = j * part[d];
-    if (unpack) backend::copy_box(packed_or_src + j * block, piece, dst_or_packed, whole, part);
-    else backend::copy_box(packed_or_src, whole, dst_or_packed + j * block, piece, part);
+    if (unpack) backend::copy_box(host_space{}, packed_or_src + j * block, piece, dst_or_packed, whole, part);
+    else backend::copy_box(host_space{}, packed_or_src, whole, dst_or_packed + j * block, piece, part);
   }
 }
 
@@ -143,7 +143,7 @@ allsplit_t<D, A, T, S, L, M> allsplit(const tensor<T, S, L, M>& x) {
       constexpr std::size_t d = S::template index_of<D>;
       backend::region<S::rank> from{x.local_extent(), {}};
       from.begin[d] = out.slice().begin[d];
-      backend::copy_box(x.local().data(), from, out.local().data(), out.local_region(), out.local_extent());
+      backend::copy_box(x.space(), x.data(), from, out.local().data(), out.local_region(), out.local_extent());
     }
     return out;
   }

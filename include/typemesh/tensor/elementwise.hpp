@@ -54,7 +54,7 @@ template <class T, class S, class L, class M, class F>
 auto map(const tensor<T, S, L, M>& x, F f) {
   using U = std::decay_t<std::invoke_result_t<F&, T>>;
   tensor<U, S, L, M> out(x.mesh(), x.shape());
-  backend::map(x.storage(), out.storage(), f);
+  backend::map(x.space(), x.data(), out.data(), x.local_size(), f);
   return out;
 }
 
@@ -67,7 +67,7 @@ auto zip(const tensor<TA, SA, LA, MA>& a, const tensor<TB, SB, LB, MB>& b, F f) 
   } else {
     detail::check_same_values(a, b);
     tensor<U, SA, LA, MA> out(a.mesh(), a.shape());
-    backend::zip(a.storage(), b.storage(), out.storage(), f);
+    backend::zip(a.space(), a.data(), b.data(), out.data(), a.local_size(), f);
     return out;
   }
 }
@@ -83,7 +83,7 @@ struct plus_op {
 template <class T, class S, class L, class M>
 T sum(const tensor<T, S, L, M>& x) {
   if (!x.holds_data()) return T{};
-  T local = backend::sum(x.storage());
+  T local = backend::sum(x.space(), x.data(), x.local_size());
   this_device().allreduce(detail::splitting_group(x), std::span<T>(&local, 1));
   return local;
 }
@@ -92,7 +92,7 @@ T sum(const tensor<T, S, L, M>& x) {
 template <class T, class S, class L, class M>
 T max(const tensor<T, S, L, M>& x) {
   if (!x.holds_data()) return std::numeric_limits<T>::lowest();
-  T local = backend::max(x.storage(), std::numeric_limits<T>::lowest());
+  T local = backend::max(x.space(), x.data(), x.local_size(), std::numeric_limits<T>::lowest());
   this_device().allreduce(detail::splitting_group(x), std::span<T>(&local, 1), reduce_op::max);
   return local;
 }

@@ -4,6 +4,7 @@
 //   host_tensor<float, shape<batch, k>> back = typemesh::export_tensor(x);
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -39,7 +40,7 @@ tensor<T, Shape, Layout, Mesh> import_tensor(const Mesh& m, const host_tensor<T,
   tensor<T, Shape, Layout, Mesh> t(m, whole.shape());
   if (t.holds_data()) {
     backend::storage<T> staged(whole.values().begin(), whole.values().end());
-    backend::copy_box(thrust::raw_pointer_cast(staged.data()), {whole.shape().sizes(), t.slice().begin},
+    backend::copy_box(t.space(), backend::view(staged).data(), {whole.shape().sizes(), t.slice().begin},
                       t.local().data(), t.local_region(), t.local_extent());
   }
   return t;
@@ -56,11 +57,11 @@ host_tensor<T, Shape> export_tensor(const tensor<T, Shape, Layout, Mesh>& t) {
   backend::storage<T> blocks(n * g.size()), gathered(t.shape().elements());
   this_device().allgather(g, t.local(), backend::view(blocks));
   for (int j = 0; j < g.size(); ++j) {
-    backend::copy_box(backend::view(blocks).data() + j * n, t.local_region(), backend::view(gathered).data(),
+    backend::copy_box(t.space(), backend::view(blocks).data() + j * n, t.local_region(), backend::view(gathered).data(),
                       {t.shape().sizes(), t.slice_of(g.devices[j])->begin}, t.local_extent());
   }
   host_tensor<T, Shape> whole(t.shape());
-  thrust::copy(gathered.begin(), gathered.end(), whole.values().begin());
+  std::copy(gathered.begin(), gathered.end(), whole.values().begin());
   return whole;
 }
 

@@ -42,6 +42,7 @@ class tensor {
   using shape_type = Shape;
   using layout_type = Layout;
   using mesh_type = Mesh;
+  using space_type = space_of<Mesh>;
   using geometry = placement<Shape, Layout, Mesh>;
   static_assert(sizeof(geometry) > 0);  // checks the layout against the shape and mesh
   static constexpr std::size_t rank = Shape::rank;
@@ -122,10 +123,17 @@ class tensor {
   // Any device's slice, or nothing for a device outside the mesh.
   std::optional<box<rank>> slice_of(int dev) const { return geometry::slice_of(shape_, mesh_, dev); }
 
-  std::span<T> local() { return backend::view(local_); }
-  std::span<const T> local() const { return backend::view(local_); }
-  backend::storage<T>& storage() { return local_; }
-  const backend::storage<T>& storage() const { return local_; }
+  // The local elements: a std::span on the host, a device_span (no
+  // indexing from host code) on a GPU.
+  auto local() { return backend::view(local_); }
+  auto local() const { return backend::view(local_); }
+  T* data() { return backend::view(local_).data(); }
+  const T* data() const { return backend::view(local_).data(); }
+  // How many elements this device holds.
+  std::int64_t local_size() const { return static_cast<std::int64_t>(local_.size()); }
+  static constexpr space_type space() { return {}; }
+  backend::storage<T, space_type>& storage() { return local_; }
+  const backend::storage<T, space_type>& storage() const { return local_; }
 
   // The local slice as a region of itself, for box copies.
   backend::region<rank> local_region() const { return {slice_.extent, {}}; }
@@ -178,7 +186,7 @@ class tensor {
   Shape shape_;
   int device_;
   box<rank> slice_{};
-  backend::storage<T> local_;
+  backend::storage<T, space_type> local_;
   std::shared_ptr<autodiff::node> node_;
 
   template <class, class, class, class>
