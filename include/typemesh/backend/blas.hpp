@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "typemesh/backend/host/thread_pool.hpp"
+#include "typemesh/core/space.hpp"
 
 namespace typemesh::backend {
 
@@ -60,10 +61,10 @@ inline void share_blas_threads() {
 #endif
 }
 
-// C (m x n) = alpha * op(A) (m x k) * op(B) (k x n) + beta * C, row-major;
+// On the host space, C (m x n) = alpha * op(A) (m x k) * op(B) (k x n) + beta * C, row-major;
 // op is a transpose when the flag says so. lda, ldb, ldc are row strides.
 template <class T>
-void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+void gemm(host_space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
           std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
   if (m == 0 || n == 0) return;
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {

@@ -109,7 +109,7 @@ void contract(const T* a, const dims& ad, const T* b, const dims& bd, T* out, co
     for (std::int64_t i = 0; i < nb * mm * nn; ++i) c[i] = T{};
   } else {
     for (std::int64_t i = 0; i < nb; ++i) {
-      gemm<T>(ga.trans, gb.trans, mm, nn, kk, T{1}, ga.data + i * mm * kk, ga.trans ? mm : kk, gb.data + i * kk * nn,
+      gemm(host_space{}, ga.trans, gb.trans, mm, nn, kk, T{1}, ga.data + i * mm * kk, ga.trans ? mm : kk, gb.data + i * kk * nn,
               gb.trans ? kk : nn, T{0}, c + i * mm * nn, nn);
     }
   }

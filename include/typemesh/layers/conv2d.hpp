@@ -472,7 +472,7 @@ void conv_forward(const T* image, const T* filter, T* out, const conv_geometry& 
   if (g.empty()) return;  // the output is already zero
   const std::int64_t p = g.patch(), k = g.out_channels, pix = g.out_pixels();
   if (g.pointwise()) {
-    backend::gemm(false, false, g.images * pix, k, p, T{1}, image, p, filter, k, T{0}, out, k);
+    backend::gemm(host_space{}, false, false, g.images * pix, k, p, T{1}, image, p, filter, k, T{0}, out, k);
     return;
   }
   const std::int64_t chunk = images_per_chunk(g);
@@ -480,7 +480,7 @@ void conv_forward(const T* image, const T* filter, T* out, const conv_geometry& 
   for (std::int64_t first = 0; first < g.images; first += chunk) {
     const std::int64_t n = std::min(chunk, g.images - first);
     im2col(image, g, first, n, columns.data());
-    backend::gemm(false, false, n * pix, k, p, T{1}, columns.data(), p, filter, k, T{0}, out + first * pix * k, k);
+    backend::gemm(host_space{}, false, false, n * pix, k, p, T{1}, columns.data(), p, filter, k, T{0}, out + first * pix * k, k);
   }
 }
 
@@ -490,14 +490,14 @@ void conv_image_grad(const T* d_out, const T* filter, T* d_image, const conv_geo
   if (g.empty()) return;
   const std::int64_t p = g.patch(), k = g.out_channels, pix = g.out_pixels();
   if (g.pointwise()) {
-    backend::gemm(false, true, g.images * pix, p, k, T{1}, d_out, k, filter, k, T{0}, d_image, p);
+    backend::gemm(host_space{}, false, true, g.images * pix, p, k, T{1}, d_out, k, filter, k, T{0}, d_image, p);
     return;
   }
   const std::int64_t chunk = images_per_chunk(g);
   backend::scratch<T> d_columns(static_cast<std::size_t>(chunk * pix * p));
   for (std::int64_t first = 0; first < g.images; first += chunk) {
     const std::int64_t n = std::min(chunk, g.images - first);
-    backend::gemm(false, true, n * pix, p, k, T{1}, d_out + first * pix * k, k, filter, k, T{0}, d_columns.data(),
+    backend::gemm(host_space{}, false, true, n * pix, p, k, T{1}, d_out + first * pix * k, k, filter, k, T{0}, d_columns.data(),
                   p);
     col2im(d_columns.data(), g, first, n, d_image);
   }
@@ -509,7 +509,7 @@ void conv_filter_grad(const T* image, const T* d_out, T* d_filter, const conv_ge
   if (g.empty()) return;
   const std::int64_t p = g.patch(), k = g.out_channels, pix = g.out_pixels();
   if (g.pointwise()) {
-    backend::gemm(true, false, p, k, g.images * pix, T{1}, image, p, d_out, k, T{0}, d_filter, k);
+    backend::gemm(host_space{}, true, false, p, k, g.images * pix, T{1}, image, p, d_out, k, T{0}, d_filter, k);
     return;
   }
   const std::int64_t chunk = images_per_chunk(g);
@@ -517,7 +517,7 @@ void conv_filter_grad(const T* image, const T* d_out, T* d_filter, const conv_ge
   for (std::int64_t first = 0; first < g.images; first += chunk) {
     const std::int64_t n = std::min(chunk, g.images - first);
     im2col(image, g, first, n, columns.data());
-    backend::gemm(true, false, p, k, n * pix, T{1}, columns.data(), p, d_out + first * pix * k, k,
+    backend::gemm(host_space{}, true, false, p, k, n * pix, T{1}, columns.data(), p, d_out + first * pix * k, k,
                   first == 0 ? T{0} : T{1}, d_filter, k);
   }
 }

@@ -498,7 +498,7 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
     mem->gates.resize(static_cast<std::size_t>(rows * nl));
     T* z = backend::view(mem->gates).data();
     backend::share_blas_threads();
-    backend::gemm<T>(false, false, rows, nl, kl, T{1}, xh.local().data(), kl, w->local().data(), nl, T{0}, z, nl);
+    backend::gemm(host_space{}, false, false, rows, nl, kl, T{1}, xh.local().data(), kl, w->local().data(), nl, T{0}, z, nl);
     if constexpr (!std::is_void_v<KA>) {
       group g = xh.mesh().template group_along<KA>(xh.device());
       if (g.size() > 1) this_device().allreduce(g, std::span<T>(z, mem->gates.size()));
@@ -531,7 +531,7 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
     if (dy.holds_data()) {
       const auto dz = dz_of(dy, nullptr);
       backend::share_blas_threads();
-      backend::gemm<T>(false, true, rows, kl, nl, T{1}, backend::view(dz).data(), nl, w->local().data(), nl, T{0},
+      backend::gemm(host_space{}, false, true, rows, kl, nl, T{1}, backend::view(dz).data(), nl, w->local().data(), nl, T{0},
                        dxh.local().data(), kl);
       allreduce_along<NA>(dxh);
     }
@@ -552,7 +552,7 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
     if (dy.holds_data()) {
       const auto dz = dz_of(dy, nullptr);
       backend::share_blas_threads();
-      backend::gemm<T>(true, false, kl, nl, rows, T{1}, xv->local().data(), kl, backend::view(dz).data(), nl, T{0},
+      backend::gemm(host_space{}, true, false, kl, nl, rows, T{1}, xv->local().data(), kl, backend::view(dz).data(), nl, T{0},
                        g.local().data(), nl);
     }
     return g;
