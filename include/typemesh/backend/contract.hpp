@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "typemesh/backend/blas.hpp"
+#include "typemesh/backend/kernels.hpp"
+#include "typemesh/backend/storage.hpp"
 #include "typemesh/backend/strided.hpp"
 
 namespace typemesh::backend {
@@ -51,21 +53,21 @@ inline bool same_order(const dims& a, const dims& b) {
 
 // An operand as a GEMM wants it: in place when its order is `plain` or
 // `transposed`, else packed into `plain` order.
-template <class T>
+template <class Space, class T>
 struct gemm_operand {
   const T* data;
   bool trans;
-  std::vector<T> packed;
+  storage<T, Space> packed;
 
-  gemm_operand(const T* x, const dims& xd, const dims& plain, const dims& transposed) {
+  gemm_operand(Space s, const T* x, const dims& xd, const dims& plain, const dims& transposed) {
     if (same_order(xd, plain)) {
       data = x, trans = false;
     } else if (same_order(xd, transposed)) {
       data = x, trans = true;
     } else {
       packed.resize(plain.elements());
-      broadcast(x, xd, packed.data(), plain);
-      data = packed.data(), trans = false;
+      broadcast(s, x, xd, view(packed).data(), plain);
+      data = view(packed).data(), trans = false;
     }
   }
 };
@@ -74,8 +76,8 @@ struct gemm_operand {
 
 // out (dims od) = sum over the dims od lacks of a (ad) * b (bd); out is
 // overwritten. Every dim's extent must agree between the operands.
-template <class T>
-void contract(const T* a, const dims& ad, const T* b, const dims& bd, T* out, const dims& od) {
+template <class Space, class T>
+void contract(Space s, const T* a, const dims& ad, const T* b, const dims& bd, T* out, const dims& od) {
   const dims space = union_of(od, ad, bd);
   bool gemm_shaped = true;
   for (int i = 0; i < space.rank; ++i) {
@@ -84,10 +86,10 @@ void contract(const T* a, const dims& ad, const T* b, const dims& bd, T* out, co
     if (count < 2) gemm_shaped = false;  // in one operand only
   }
   if (!gemm_shaped) {
-    const std::int64_t n = od.elements();
-    for (std::int64_t i = 0; i < n; ++i) out[i] = T{};
-    walk<3>(space, {ad.strides_over(space), bd.strides_over(space), od.strides_over(space)},
-            [&](const auto& o) { out[o[2]] += a[o[0]] * b[o[1]]; });
+    const dims summed = detail::lacking(space, od);
+    detail::fold_into(
+        s, out, od, detail::strided<2>(od, {&ad, &bd}), detail::strided<2>(summed, {&ad, &bd}), summed.elements(),
+        T{}, [=] TYPEMESH_KERNEL(const std::int64_t(&off)[2]) { return a[off[0]] * b[off[1]]; }, plus<T>{});
     return;
   }
   using detail::select;
@@ -96,24 +98,24 @@ void contract(const T* a, const dims& ad, const T* b, const dims& bd, T* out, co
   const dims n = select(od, [&](int id) { return !ad.has(id) && bd.has(id); });
   const dims k = select(ad, [&](int id) { return bd.has(id) && !od.has(id); });
 
-  detail::gemm_operand<T> ga(a, ad, detail::concat({batch, m, k}), detail::concat({batch, k, m}));
-  detail::gemm_operand<T> gb(b, bd, detail::concat({batch, k, n}), detail::concat({batch, n, k}));
+  detail::gemm_operand<Space, T> ga(s, a, ad, detail::concat({batch, m, k}), detail::concat({batch, k, m}));
+  detail::gemm_operand<Space, T> gb(s, b, bd, detail::concat({batch, k, n}), detail::concat({batch, n, k}));
   const dims out_order = detail::concat({batch, m, n});
   const bool out_in_place = detail::same_order(od, out_order);
-  std::vector<T> staged;
+  storage<T, Space> staged;
   if (!out_in_place) staged.resize(od.elements());
-  T* c = out_in_place ? out : staged.data();
+  T* c = out_in_place ? out : view(staged).data();
 
   const std::int64_t nb = batch.elements(), mm = m.elements(), nn = n.elements(), kk = k.elements();
   if (kk == 0) {
-    for (std::int64_t i = 0; i < nb * mm * nn; ++i) c[i] = T{};
+    fill(s, c, nb * mm * nn, T{});
   } else {
     for (std::int64_t i = 0; i < nb; ++i) {
-      gemm(host_space{}, ga.trans, gb.trans, mm, nn, kk, T{1}, ga.data + i * mm * kk, ga.trans ? mm : kk, gb.data + i * kk * nn,
-              gb.trans ? kk : nn, T{0}, c + i * mm * nn, nn);
+      gemm(s, ga.trans, gb.trans, mm, nn, kk, T{1}, ga.data + i * mm * kk, ga.trans ? mm : kk, gb.data + i * kk * nn,
+           gb.trans ? kk : nn, T{0}, c + i * mm * nn, nn);
     }
   }
-  if (!out_in_place) broadcast(staged.data(), out_order, out, od);
+  if (!out_in_place) broadcast(s, view(staged).data(), out_order, out, od);
 }
 
 }  // namespace typemesh::backend

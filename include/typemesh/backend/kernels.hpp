@@ -18,6 +18,17 @@ void fill(Space s, T* out, std::int64_t n, T value) {
   parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { out[i] = value; });
 }
 
+// out[i] = f(i).
+template <class Space, class T, class F>
+void generate(Space s, T* out, std::int64_t n, F f) {
+  parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { out[i] = f(i); });
+}
+
+template <class Space, class T>
+void copy(Space s, const T* src, T* dst, std::int64_t n) {
+  parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { dst[i] = src[i]; });
+}
+
 // out[i] = f(in[i]); out may be in.
 template <class Space, class T, class U, class F>
 void map(Space s, const T* in, U* out, std::int64_t n, F f) {
@@ -28,6 +39,12 @@ void map(Space s, const T* in, U* out, std::int64_t n, F f) {
 template <class Space, class T, class U, class V, class F>
 void zip(Space s, const T* a, const U* b, V* out, std::int64_t n, F f) {
   parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { out[i] = f(a[i], b[i]); });
+}
+
+// out[i] = f(a[i], b[i], c[i]); out may be any of them.
+template <class Space, class T, class F>
+void zip3(Space s, const T* a, const T* b, const T* c, T* out, std::int64_t n, F f) {
+  parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { out[i] = f(a[i], b[i], c[i]); });
 }
 
 // dst[i] += src[i].
@@ -53,6 +70,25 @@ T sum(Space s, const T* x, std::int64_t n) {
 template <class Space, class T>
 T max(Space s, const T* x, std::int64_t n, T lowest) {
   return parallel_sum(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { return x[i]; }, lowest, maximum<T>{});
+}
+
+template <class T>
+struct minimum {
+  TYPEMESH_KERNEL T operator()(T a, T b) const { return b < a ? b : a; }
+};
+
+// The smallest i in [0, n) where pred(i) holds, or n: for checks that find
+// the first bad element before a kernel runs.
+template <class Space, class Pred>
+std::int64_t first_where(Space s, std::int64_t n, Pred pred) {
+  return parallel_sum(
+      s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { return pred(i) ? i : n; }, n, minimum<std::int64_t>{});
+}
+
+// One element, read from the space's memory into the host's.
+template <class T>
+T read_one(host_space, const T* p) {
+  return *p;
 }
 
 // A box of a dense row-major array: the array's extents and the box's corner.

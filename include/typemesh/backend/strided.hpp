@@ -8,7 +8,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+
+#include "typemesh/backend/config.hpp"
+#include "typemesh/backend/parallel.hpp"
 
 namespace typemesh::backend {
 
@@ -50,59 +52,132 @@ struct dims {
   }
 };
 
-// Calls f(offsets) for every index of `space` in row-major order, where
-// offsets[j] is the element offset of operand j, from its strides.
-template <std::size_t K, class F>
-void walk(const dims& space, const std::array<std::array<std::int64_t, max_rank>, K>& stride, F&& f) {
-  const int r = space.rank;
-  if (space.elements() == 0) return;
-  std::array<std::int64_t, K> off{};
-  if (r == 0) {
-    f(off);
-    return;
-  }
-  std::array<std::int64_t, max_rank> idx{};
-  const std::int64_t inner = space.extent[r - 1];
-  while (true) {
-    std::array<std::int64_t, K> o = off;
-    for (std::int64_t i = 0; i < inner; ++i) {
-      f(o);
-      for (std::size_t j = 0; j < K; ++j) o[j] += stride[j][r - 1];
+namespace detail {
+
+// Row-major walks over an index space as kernels see them: plain arrays,
+// copied into each kernel. `rows` walks every dim but the last (each index
+// of a kernel is one row), `fold` the dims an output element sums over.
+template <std::size_t K>
+struct strided_space {
+  int rank = 0;
+  std::int64_t extent[max_rank] = {};
+  std::int64_t stride[K][max_rank] = {};
+
+  // Offsets of operand j at the index `flat` of the space, row-major.
+  TYPEMESH_KERNEL void offsets_at(std::int64_t flat, std::int64_t (&off)[K], int dims) const {
+    for (std::size_t j = 0; j < K; ++j) off[j] = 0;
+    for (int d = dims; d-- > 0;) {
+      const std::int64_t c = flat % extent[d];
+      flat /= extent[d];
+      for (std::size_t j = 0; j < K; ++j) off[j] += c * stride[j][d];
     }
-    int d = r - 2;
-    for (; d >= 0; --d) {
-      for (std::size_t j = 0; j < K; ++j) off[j] += stride[j][d];
-      if (++idx[d] < space.extent[d]) break;
-      for (std::size_t j = 0; j < K; ++j) off[j] -= stride[j][d] * space.extent[d];
-      idx[d] = 0;
-    }
-    if (d < 0) return;
   }
+};
+
+template <std::size_t K>
+strided_space<K> strided(const dims& space, const std::array<const dims*, K>& operands) {
+  strided_space<K> s;
+  s.rank = space.rank;
+  for (int i = 0; i < space.rank; ++i) s.extent[i] = space.extent[i];
+  for (std::size_t j = 0; j < K; ++j) {
+    const auto st = operands[j]->strides_over(space);
+    for (int i = 0; i < space.rank; ++i) s.stride[j][i] = st[i];
+  }
+  return s;
 }
+
+// The dims of `from` that `out` lacks, in from's order.
+inline dims lacking(const dims& from, const dims& out) {
+  dims r;
+  for (int i = 0; i < from.rank; ++i) {
+    if (!out.has(from.id[i])) {
+      r.id[r.rank] = from.id[i];
+      r.extent[r.rank++] = from.extent[i];
+    }
+  }
+  return r;
+}
+
+// Calls f(off) for every row of `sp` (all dims but the last) with the
+// operands' offsets at the row's start; f walks the last dim itself with
+// inner_stride(j).
+template <class Space, std::size_t K, class F>
+void for_each_row(Space s, const strided_space<K>& sp, std::int64_t elements, const F& f) {
+  if (elements == 0) return;
+  const std::int64_t inner = sp.rank == 0 ? 1 : sp.extent[sp.rank - 1];
+  parallel_for(
+      s, elements / inner,
+      [=] TYPEMESH_KERNEL(std::int64_t row) {
+        std::int64_t off[K];
+        sp.offsets_at(row, off, sp.rank - 1);
+        f(off, inner);
+      },
+      grain_for(inner));
+}
+
+// out[o] = fold over the dims od lacks (in the order of `summed`) of
+// value(offsets), for every element o of od, each element on one thread in
+// row-major order: the same order, and so the same bits, as one sequential
+// walk over the whole space.
+template <class Space, class T, std::size_t K, class Value, class Combine>
+void fold_into(Space s, T* out, const dims& od, const strided_space<K>& kept, const strided_space<K>& summed,
+               std::int64_t summed_elements, T init, Value value, Combine combine) {
+  parallel_for(
+      s, od.elements(),
+      [=] TYPEMESH_KERNEL(std::int64_t o) {
+        std::int64_t base[K];
+        kept.offsets_at(o, base, kept.rank);
+        T acc = init;
+        // Row by row of the summed dims, the last one walked by stride.
+        const int last = summed.rank - 1;
+        const std::int64_t inner = last < 0 ? 1 : summed.extent[last];
+        const std::int64_t rows = inner == 0 ? 0 : summed_elements / inner;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          std::int64_t off[K];
+          summed.offsets_at(r, off, last < 0 ? 0 : last);
+          for (std::size_t j = 0; j < K; ++j) off[j] += base[j];
+          for (std::int64_t i = 0; i < inner; ++i) {
+            acc = combine(acc, value(off));
+            for (std::size_t j = 0; j < K; ++j) off[j] += last < 0 ? 0 : summed.stride[j][last];
+          }
+        }
+        out[o] = acc;
+      },
+      grain_for(summed_elements));
+}
+
+}  // namespace detail
 
 // out (dims `od`) = x (dims `xd`) with every dim of od; dims of od that x
 // lacks repeat x. Transposes, copies and broadcasts.
-template <class T>
-void broadcast(const T* x, const dims& xd, T* out, const dims& od) {
-  walk<2>(od, {xd.strides_over(od), od.strides_over(od)}, [&](const auto& o) { out[o[1]] = x[o[0]]; });
+template <class Space, class T>
+void broadcast(Space s, const T* x, const dims& xd, T* out, const dims& od) {
+  const auto sp = detail::strided<2>(od, {&xd, &od});
+  const std::int64_t xs = sp.rank ? sp.stride[0][sp.rank - 1] : 0;
+  detail::for_each_row(s, sp, od.elements(), [=] TYPEMESH_KERNEL(const std::int64_t(&o)[2], std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) out[o[1] + i] = x[o[0] + i * xs];
+  });
 }
 
 // out (dims `od`, a subset of x's) = x reduced over the dims od lacks, with
 // `combine` (sum, max, ...) starting from `init`.
-template <class T, class Combine>
-void reduce(const T* x, const dims& xd, T* out, const dims& od, T init, Combine combine) {
-  const std::int64_t n = od.elements();
-  for (std::int64_t i = 0; i < n; ++i) out[i] = init;
-  walk<2>(xd, {xd.strides_over(xd), od.strides_over(xd)},
-          [&](const auto& o) { out[o[1]] = combine(out[o[1]], x[o[0]]); });
+template <class Space, class T, class Combine>
+void reduce(Space s, const T* x, const dims& xd, T* out, const dims& od, T init, Combine combine) {
+  const dims summed = detail::lacking(xd, od);
+  detail::fold_into(s, out, od, detail::strided<1>(od, {&xd}), detail::strided<1>(summed, {&xd}),
+                    summed.elements(), init,
+                    [=] TYPEMESH_KERNEL(const std::int64_t(&off)[1]) { return x[off[0]]; }, combine);
 }
 
 // out = f(a, b) over out's dims, each of a and b broadcast along the dims it
 // lacks.
-template <class TA, class TB, class TO, class F>
-void binary(const TA* a, const dims& ad, const TB* b, const dims& bd, TO* out, const dims& od, F f) {
-  walk<3>(od, {ad.strides_over(od), bd.strides_over(od), od.strides_over(od)},
-          [&](const auto& o) { out[o[2]] = f(a[o[0]], b[o[1]]); });
+template <class Space, class TA, class TB, class TO, class F>
+void binary(Space s, const TA* a, const dims& ad, const TB* b, const dims& bd, TO* out, const dims& od, F f) {
+  const auto sp = detail::strided<3>(od, {&ad, &bd, &od});
+  const std::int64_t as = sp.rank ? sp.stride[0][sp.rank - 1] : 0, bs = sp.rank ? sp.stride[1][sp.rank - 1] : 0;
+  detail::for_each_row(s, sp, od.elements(), [=] TYPEMESH_KERNEL(const std::int64_t(&o)[3], std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) out[o[2] + i] = f(a[o[0] + i * as], b[o[1] + i * bs]);
+  });
 }
 
 // The union of the operands' dims, out's first: the index space of a

@@ -51,7 +51,7 @@ tensor<T, Out, OutL, M> broadcast_apply(const tensor<T, SA, LA, M>& a, const ten
     backend::zip(a.space(), a.data(), b.data(), out.data(), a.local_size(), f);
   } else {
     using U = dims_of<Out>;
-    backend::binary(a.local().data(), local_dims_of<U>(a), b.local().data(), local_dims_of<U>(b), out.local().data(),
+    backend::binary(a.space(), a.data(), local_dims_of<U>(a), b.data(), local_dims_of<U>(b), out.data(),
                     local_dims_of<U>(out), f);
   }
   return out;
@@ -96,15 +96,13 @@ auto binary(const char* what, const tensor<T, SA, LA, MA>& a, const tensor<T, SB
     // One input's contribution d_of(a, b, dy), elementwise over the output.
     auto contribution = [s](const out_t& dy, const auto& av, const auto& bv, auto d_of) {
       out_t g(dy.mesh(), s, uninitialized);
-      std::span<T> gv = g.local();
-      std::span<const T> d = dy.local();
       if constexpr (Linear) {
-        for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = d_of(T{}, T{}, d[i]);
+        backend::map(g.space(), dy.data(), g.data(), g.local_size(),
+                     [d_of] TYPEMESH_KERNEL(T d) -> T { return d_of(T{}, T{}, d); });
       } else {
-        const auto ab = broadcast_apply<Out, OutL>(*av, *bv, s, [](T x, T) { return x; });
-        const auto bb = broadcast_apply<Out, OutL>(*av, *bv, s, [](T, T y) { return y; });
-        std::span<const T> x = ab.local(), y = bb.local();
-        for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = d_of(x[i], y[i], d[i]);
+        const auto ab = broadcast_apply<Out, OutL>(*av, *bv, s, [] TYPEMESH_KERNEL(T x, T) { return x; });
+        const auto bb = broadcast_apply<Out, OutL>(*av, *bv, s, [] TYPEMESH_KERNEL(T, T y) { return y; });
+        backend::zip3(g.space(), ab.data(), bb.data(), dy.data(), g.data(), g.local_size(), d_of);
       }
       return g;
     };
@@ -123,8 +121,8 @@ auto binary(const char* what, const tensor<T, SA, LA, MA>& a, const tensor<T, SB
   template <class T, class SA, class LA, class MA, class SB, class LB, class MB>                                \
   auto NAME(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {                                   \
     return ops_detail::binary<LINEAR>(                                                                          \
-        #NAME, a, b, [](T x, T y) -> T { return F; }, [](T x, T y, T d) -> T { return DA; },                    \
-        [](T x, T y, T d) -> T { return DB; });                                                                 \
+        #NAME, a, b, [] TYPEMESH_KERNEL(T x, T y) -> T { return F; }, [] TYPEMESH_KERNEL(T x, T y, T d) -> T { return DA; },                    \
+        [] TYPEMESH_KERNEL(T x, T y, T d) -> T { return DB; });                                                                 \
   }
 
 // Each line: whether the op is linear, the value of x op y, and the

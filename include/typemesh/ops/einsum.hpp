@@ -48,7 +48,7 @@ tensor<T, Out, OutL, M> contract_to(const tensor<T, SA, LA, M>& a, const tensor<
   if (!a.holds_data()) return out;
   using U = dims_of<shape_union<shape_union<Out, SA>, SB>>;
   backend::share_blas_threads();
-  backend::contract(a.local().data(), local_dims_of<U>(a), b.local().data(), local_dims_of<U>(b), out.local().data(),
+  backend::contract(a.space(), a.data(), local_dims_of<U>(a), b.data(), local_dims_of<U>(b), out.data(),
                     local_dims_of<U>(out));
   if constexpr (any(axes)) {
     this_device().allreduce(a.mesh().group_along(a.device(), axes), out.local());

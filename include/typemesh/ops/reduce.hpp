@@ -23,10 +23,6 @@ namespace typemesh {
 
 namespace ops_detail {
 
-template <class T>
-struct max_of {
-  T operator()(T a, T b) const { return a < b ? b : a; }
-};
 
 // x reduced to shape Out (any subset of x's dims, in any order) with layout
 // OutL, which must place Out's dims as x does.
@@ -39,9 +35,9 @@ tensor<T, Out, OutL, M> reduce_to(const tensor<T, S, L, M>& x, const Out& out_sh
   using U = dims_of<S>;
   const auto xd = local_dims_of<U>(x), od = local_dims_of<U>(out);
   if (op == reduce_op::sum) {
-    backend::reduce(x.local().data(), xd, out.local().data(), od, T{0}, std::plus<T>());
+    backend::reduce(x.space(), x.data(), xd, out.data(), od, T{0}, backend::plus<T>{});
   } else {
-    backend::reduce(x.local().data(), xd, out.local().data(), od, std::numeric_limits<T>::lowest(), max_of<T>{});
+    backend::reduce(x.space(), x.data(), xd, out.data(), od, std::numeric_limits<T>::lowest(), backend::maximum<T>{});
   }
   constexpr auto axes = summed_axes<S, L, Out, M>();
   if constexpr (any(axes)) {
@@ -58,7 +54,7 @@ tensor<T, Out, OutL, M> broadcast_to(const tensor<T, S, L, M>& x, const Out& out
   tensor<T, Out, OutL, M> out(x.mesh(), out_shape, uninitialized);
   if (!x.holds_data()) return out;
   using U = dims_of<Out>;
-  backend::broadcast(x.local().data(), local_dims_of<U>(x), out.local().data(), local_dims_of<U>(out));
+  backend::broadcast(x.space(), x.data(), local_dims_of<U>(x), out.data(), local_dims_of<U>(out));
   return out;
 }
 
@@ -137,15 +133,13 @@ auto reduce_max(const tensor<T, S, L, M>& x) {
                     using in_t = tensor<T, S, canonical<S, L>, M>;
                     // 1 where an element is a maximum; the ties per row; then dy / ties there.
                     in_t ties = ops_detail::broadcast_to<S, canonical<S, L>>(y, xv.shape());
-                    auto t = ties.local();
-                    auto xs = xv.local();
-                    for (std::size_t i = 0; i < t.size(); ++i) t[i] = xs[i] == t[i] ? T{1} : T{0};
+                    backend::zip(ties.space(), xv.data(), ties.data(), ties.data(), ties.local_size(),
+                                 [] TYPEMESH_KERNEL(T x, T top) { return x == top ? T{1} : T{0}; });
                     out_t count = ops_detail::reduce_to<Out, OutL>(ties, rows, reduce_op::sum);
                     in_t g = ops_detail::broadcast_to<S, canonical<S, L>>(dy, xv.shape());
                     in_t c = ops_detail::broadcast_to<S, canonical<S, L>>(count, xv.shape());
-                    auto gv = g.local();
-                    auto cv = c.local();
-                    for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = t[i] != T{0} ? gv[i] / cv[i] : T{0};
+                    backend::zip3(g.space(), ties.data(), g.data(), c.data(), g.data(), g.local_size(),
+                                  [] TYPEMESH_KERNEL(T tie, T d, T count) { return tie != T{0} ? d / count : T{0}; });
                     return g;
                   }));
   }

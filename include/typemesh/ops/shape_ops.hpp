@@ -26,11 +26,6 @@
 #include <type_traits>
 #include <utility>
 
-#include <thrust/copy.h>
-#include <thrust/execution_policy.h>
-#include <thrust/find.h>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/transform.h>
 
 #include "typemesh/autodiff/tape.hpp"
 #include "typemesh/backend/kernels.hpp"
@@ -420,17 +415,15 @@ auto stack_op(const tensor<T, S, L, M>& first, const Rest&... rest) {
   }
   std::array<std::int64_t, Out::rank> sizes{static_cast<std::int64_t>(count)};
   for (std::size_t d = 0; d < S::rank; ++d) sizes[d + 1] = first.shape()[d];
-  out_t out(first.mesh(), Out(sizes));
+  out_t out(first.mesh(), Out(sizes), uninitialized);
   // NewDim leads and is whole: this device's slice of the result is its
   // slices of the inputs one after the other.
-  const std::size_t part = first.local().size();
-  for (std::size_t i = 0; i < count; ++i) {
-    thrust::copy(xs[i]->storage().begin(), xs[i]->storage().end(), out.storage().begin() + i * part);
-  }
+  const std::int64_t part = first.local_size();
+  for (std::size_t i = 0; i < count; ++i) backend::copy(out.space(), xs[i]->data(), out.data() + i * part, part);
   auto unstack = [s = first.shape(), part](std::size_t i) {
     return [s, part, i](const out_t& dy) {
-      in_t dx(dy.mesh(), s);
-      thrust::copy(dy.storage().begin() + i * part, dy.storage().begin() + (i + 1) * part, dx.storage().begin());
+      in_t dx(dy.mesh(), s, uninitialized);
+      backend::copy(dx.space(), dy.data() + i * part, dx.data(), part);
       return dx;
     };
   };
@@ -450,11 +443,12 @@ auto one_hot_op(const tensor<I, S, L, M>& indices, std::int64_t vocab_size, U on
   out_t out(indices.mesh(), Out(sizes));
   if (!indices.holds_data()) return out;
   // The first index out of range on this device, if any.
-  const I* idx = indices.local().data();
-  const std::int64_t n = static_cast<std::int64_t>(indices.local().size());
-  const std::int64_t bad = thrust::find_if(thrust::device, idx, idx + n, out_of_range<I>{vocab_size}) - idx;
+  const I* idx = indices.data();
+  const std::int64_t n = indices.local_size();
+  const std::int64_t bad = backend::first_where(
+      indices.space(), n, [=] TYPEMESH_KERNEL(std::int64_t i) { return out_of_range<I>{vocab_size}(idx[i]); });
   if (bad < n) {
-    const I value = indices.storage()[bad];
+    const I value = backend::read_one(indices.space(), idx + bad);
     throw shape_error(detail::cat("one_hot<", VocabDim::name, ">: index ", static_cast<std::int64_t>(value), " at ",
                                   describe_position<S>(global_position(indices, bad)), " of ",
                                   indices.shape().describe(), " is outside [0, ", vocab_size, "), the vocab_size"));
@@ -462,8 +456,7 @@ auto one_hot_op(const tensor<I, S, L, M>& indices, std::int64_t vocab_size, U on
   // VocabDim is last: output element e belongs to index e / part.
   const std::int64_t part = out.template local_extent<VocabDim>();
   if (part == 0) return out;
-  thrust::transform(thrust::device, thrust::counting_iterator<std::int64_t>(0),
-                    thrust::counting_iterator<std::int64_t>(n * part), out.local().data(),
+  backend::generate(out.space(), out.data(), n * part,
                     one_hot_fill<I, U>{idx, out.template slice_begin<VocabDim>(), part, on, off});
   return out;
 }

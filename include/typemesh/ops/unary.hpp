@@ -42,9 +42,8 @@ tensor<T, S, L, M> unary(const char* what, const tensor<T, S, L, M>& x, F f, D d
   if (!autodiff::recording() || !x.tracked()) return y;
   return record(std::move(y), what, gradient_of(x, [xv = x.detached(), yv = y.detached(), d](const t& dy) {
                   t dx(xv.mesh(), xv.shape(), uninitialized);
-                  auto g = dx.local();
-                  std::span<const T> xs = xv.local(), ys = yv.local(), ds = dy.local();
-                  for (std::size_t i = 0; i < g.size(); ++i) g[i] = ds[i] * d(xs[i], ys[i]);
+                  backend::zip3(dx.space(), xv.data(), yv.data(), dy.data(), dx.data(), dx.local_size(),
+                                [d] TYPEMESH_KERNEL(T x, T y, T g) -> T { return g * d(x, y); });
                   return dx;
                 }));
 }
@@ -54,7 +53,9 @@ tensor<T, S, L, M> unary(const char* what, const tensor<T, S, L, M>& x, F f, D d
 #define TYPEMESH_UNARY(NAME, F, D)                                                              \
   template <class T, class S, class L, class M>                                                 \
   tensor<T, S, L, M> NAME(const tensor<T, S, L, M>& x) {                                        \
-    return ops_detail::unary(#NAME, x, [](T v) -> T { return F; }, []([[maybe_unused]] T v, [[maybe_unused]] T y) -> T { return D; }); \
+    return ops_detail::unary(                                                                   \
+        #NAME, x, [] TYPEMESH_KERNEL(T v) -> T { return F; },                                   \
+        [] TYPEMESH_KERNEL([[maybe_unused]] T v, [[maybe_unused]] T y) -> T { return D; });     \
   }
 
 // Each line: the function of v, and its derivative in terms of v and y = f(v).

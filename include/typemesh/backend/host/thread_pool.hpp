@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace typemesh::backend::host {
@@ -38,49 +39,66 @@ class thread_pool {
 
   // Calls part(p) for every p in [0, parts), on this thread and the helpers,
   // and returns when all have returned. An exception from a part is rethrown
-  // here (the first one; the other parts still run to their end).
+  // here (the first one; the other parts still run to their end). Helpers
+  // that are slow to wake (a busy machine) do not hold the caller up: it
+  // takes the parts they have not started and waits only for the parts
+  // already running.
   template <class Part>
   void run(int parts, const Part& part) {
-    job_ = [](const void* p, int i) { (*static_cast<const Part*>(p))(i); };
-    context_ = &part;
-    parts_ = parts;
-    next_.store(0, std::memory_order_relaxed);
+    job j;
+    j.call = [](const void* p, int i) { (*static_cast<const Part*>(p))(i); };
+    j.context = &part;
+    j.parts = parts;
     {
       std::lock_guard lk(mutex_);
-      done_ = 0;
+      current_ = &j;
       ++generation_;
     }
     wake_.notify_all();
-    work();
+    work(j);
     std::unique_lock lk(mutex_);
-    finished_.wait(lk, [&] { return done_ == helpers(); });
-    if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+    current_ = nullptr;  // helpers that wake from now on find nothing to do
+    finished_.wait(lk, [&] { return j.users == 0; });
+    if (j.failure) std::rethrow_exception(j.failure);
   }
 
  private:
-  void work() {
-    for (int i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < parts_;) {
+  struct job {
+    void (*call)(const void*, int) = nullptr;
+    const void* context = nullptr;
+    int parts = 0;
+    std::atomic<int> next{0};
+    int users = 0;  // helpers working on it; under the mutex
+    std::exception_ptr failure;
+  };
+
+  void work(job& j) {
+    for (int i; (i = j.next.fetch_add(1, std::memory_order_relaxed)) < j.parts;) {
       try {
-        job_(context_, i);
+        j.call(j.context, i);
       } catch (...) {
         std::lock_guard lk(mutex_);
-        if (!failure_) failure_ = std::current_exception();
+        if (!j.failure) j.failure = std::current_exception();
       }
     }
   }
   void serve() {
     std::uint64_t seen = 0;
     while (true) {
+      job* j = nullptr;
       {
         std::unique_lock lk(mutex_);
         wake_.wait(lk, [&] { return stopping_ || generation_ != seen; });
         if (stopping_) return;
         seen = generation_;
+        j = current_;
+        if (j) ++j->users;
       }
-      work();
+      if (!j) continue;
+      work(*j);
       {
         std::lock_guard lk(mutex_);
-        ++done_;
+        --j->users;
       }
       finished_.notify_one();
     }
@@ -90,15 +108,8 @@ class thread_pool {
   std::mutex mutex_;
   std::condition_variable wake_, finished_;
   std::uint64_t generation_ = 0;
-  int done_ = 0;
+  job* current_ = nullptr;
   bool stopping_ = false;
-  std::exception_ptr failure_;
-  // The job in flight: written before the generation changes under the
-  // mutex, read by helpers after they see the new generation.
-  void (*job_)(const void*, int) = nullptr;
-  const void* context_ = nullptr;
-  int parts_ = 0;
-  std::atomic<int> next_{0};
 };
 
 // The threads this device's kernels use, itself included: set by launch for

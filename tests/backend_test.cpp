@@ -1,0 +1,250 @@
+// The host space's kernel patterns and strided kernels: every index run
+// once, on the device's threads; sums and reductions the same bits at any
+// thread count and equal to a plain serial loop; errors from a kernel body
+// reach the caller; launch's thread option checked.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+namespace be = typemesh::backend;
+using typemesh::host_space;
+
+// Runs f on one device whose kernels use `threads` threads.
+template <class F>
+void with_threads(int threads, F f) {
+  typemesh::launch({.devices = 1, .threads_per_device = threads}, [&](typemesh::device&) {
+    ASSERT_EQ(be::host::kernel_threads(), threads);
+    f();
+  });
+}
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(ParallelFor, RunsEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 7}) {
+    for (std::int64_t n : {std::int64_t{0}, std::int64_t{1}, be::default_grain - 1, 3 * be::default_grain + 5}) {
+      with_threads(threads, [&] {
+        std::vector<int> hits(static_cast<std::size_t>(n));
+        be::parallel_for(host_space{}, n, [&](std::int64_t i) { ++hits[static_cast<std::size_t>(i)]; });
+        EXPECT_TRUE(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; })) << threads << " " << n;
+      });
+    }
+  }
+}
+
+TEST(ParallelFor, SplitsIntoOnePartPerThreadRunningAtOnce) {
+  // The first index of each part waits until every thread has arrived: that
+  // only ends (before the 20 s limit) if the parts run on `threads` threads
+  // at the same time.
+  for (int threads : {2, 3}) {
+    with_threads(threads, [&] {
+      std::atomic<int> arrived{0};
+      std::mutex m;
+      std::set<std::thread::id> ids;
+      const std::int64_t n = threads * be::default_grain;
+      be::parallel_for(host_space{}, n, [&](std::int64_t i) {
+        if (i % be::default_grain != 0) return;
+        {
+          std::lock_guard lk(m);
+          ids.insert(std::this_thread::get_id());
+        }
+        ++arrived;
+        const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (arrived.load() < threads && std::chrono::steady_clock::now() < limit) std::this_thread::yield();
+      });
+      EXPECT_EQ(arrived.load(), threads);
+      EXPECT_EQ(static_cast<int>(ids.size()), threads);
+    });
+  }
+}
+
+TEST(ParallelFor, AnExceptionFromABodyReachesTheCallerAndThePoolGoesOn) {
+  with_threads(3, [] {
+    const std::int64_t n = 4 * be::default_grain;
+    EXPECT_THROW(be::parallel_for(host_space{}, n,
+                                  [&](std::int64_t i) {
+                                    if (i == n - 1) throw std::runtime_error("last index");
+                                  }),
+                 std::runtime_error);
+    std::vector<int> hits(static_cast<std::size_t>(n));
+    be::parallel_for(host_space{}, n, [&](std::int64_t i) { hits[static_cast<std::size_t>(i)] = 1; });
+    EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), n);
+  });
+}
+
+TEST(ParallelFor, ANestedCallRunsInlineInsteadOfWaitingOnItself) {
+  with_threads(2, [] {
+    const std::int64_t n = 2 * be::default_grain;
+    std::vector<std::int64_t> out(static_cast<std::size_t>(n));
+    be::parallel_for(
+        host_space{}, 4,
+        [&](std::int64_t part) {
+          be::parallel_for(host_space{}, n / 4, [&](std::int64_t i) {
+            out[static_cast<std::size_t>(part * (n / 4) + i)] = part * (n / 4) + i;
+          });
+        },
+        1);
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(out[static_cast<std::size_t>(i)], i);
+  });
+}
+
+TEST(ParallelSum, SameBitsAtAnyThreadCountAndCloseToADoubleSum) {
+  const auto x = random_floats(100'003, 1);
+  double exact = 0;
+  for (float v : x) exact += v;
+  std::vector<float> sums;
+  for (int threads : {1, 2, 5}) {
+    with_threads(threads, [&] { sums.push_back(be::sum(host_space{}, x.data(), static_cast<std::int64_t>(x.size()))); });
+  }
+  EXPECT_TRUE(same_bits(sums, std::vector<float>(3, sums[0])));
+  EXPECT_NEAR(sums[0], exact, 1e-3);
+  with_threads(3, [&] {
+    EXPECT_EQ(be::max(host_space{}, x.data(), static_cast<std::int64_t>(x.size()), -2.0f),
+              *std::max_element(x.begin(), x.end()));
+    EXPECT_EQ(be::sum(host_space{}, x.data(), 0), 0.0f);
+    EXPECT_EQ(be::first_where(host_space{}, 100'000, [](std::int64_t i) { return i >= 77'777; }), 77'777);
+    EXPECT_EQ(be::first_where(host_space{}, 100'000, [](std::int64_t) { return false; }), 100'000);
+  });
+}
+
+// dims with the given ids and extents.
+be::dims make_dims(std::initializer_list<std::pair<int, std::int64_t>> ds) {
+  be::dims d;
+  for (auto [id, e] : ds) {
+    d.id[d.rank] = id;
+    d.extent[d.rank++] = e;
+  }
+  return d;
+}
+
+// The row-major offset of the index `at` (over all ids) in operand d.
+std::int64_t offset(const be::dims& d, const std::array<std::int64_t, 4>& at) {
+  std::int64_t o = 0;
+  for (int i = 0; i < d.rank; ++i) o = o * d.extent[i] + at[static_cast<std::size_t>(d.id[i])];
+  return o;
+}
+
+// Every index over ids 0..3 with the given extents, row-major.
+template <class F>
+void each_index(const std::array<std::int64_t, 4>& e, F f) {
+  for (std::int64_t a = 0; a < e[0]; ++a)
+    for (std::int64_t b = 0; b < e[1]; ++b)
+      for (std::int64_t c = 0; c < e[2]; ++c)
+        for (std::int64_t d = 0; d < e[3]; ++d) f(std::array<std::int64_t, 4>{a, b, c, d});
+}
+
+TEST(StridedKernels, MatchSerialLoopsBitForBitAtAnyThreadCount) {
+  // Large enough that the inner dim and the rows both split over threads.
+  const std::array<std::int64_t, 4> e{3, 70, 5, 200};
+  const auto x_dims = make_dims({{3, e[3]}, {0, e[0]}, {2, e[2]}, {1, e[1]}});  // permuted
+  const auto kept = make_dims({{1, e[1]}, {3, e[3]}});
+  const auto y_dims = make_dims({{2, e[2]}, {1, e[1]}});
+  const auto out_dims = make_dims({{0, e[0]}, {1, e[1]}, {2, e[2]}, {3, e[3]}});
+  const auto x = random_floats(static_cast<std::size_t>(x_dims.elements()), 2);
+  const auto y = random_floats(static_cast<std::size_t>(y_dims.elements()), 3);
+
+  // Serial references: the sum over ids 0 and 2 in x's row-major order, the
+  // transpose, x * y broadcast, and x contracted with y over id 2.
+  std::vector<float> sum_ref(static_cast<std::size_t>(kept.elements()), 0.0f),
+      copy_ref(static_cast<std::size_t>(out_dims.elements())), prod_ref(copy_ref.size()),
+      contract_ref(static_cast<std::size_t>(e[0] * e[1] * e[3]), 0.0f);
+  const auto contracted = make_dims({{0, e[0]}, {1, e[1]}, {3, e[3]}});
+  const std::array<std::int64_t, 4> x_order{e[3], e[0], e[2], e[1]};
+  for (std::int64_t i3 = 0; i3 < x_order[0]; ++i3)
+    for (std::int64_t i0 = 0; i0 < x_order[1]; ++i0)
+      for (std::int64_t i2 = 0; i2 < x_order[2]; ++i2)
+        for (std::int64_t i1 = 0; i1 < x_order[3]; ++i1) {
+          const std::array<std::int64_t, 4> at{i0, i1, i2, i3};
+          sum_ref[static_cast<std::size_t>(offset(kept, at))] += x[static_cast<std::size_t>(offset(x_dims, at))];
+        }
+  each_index(e, [&](const auto& at) {
+    const float xv = x[static_cast<std::size_t>(offset(x_dims, at))];
+    const float yv = y[static_cast<std::size_t>(offset(y_dims, at))];
+    copy_ref[static_cast<std::size_t>(offset(out_dims, at))] = xv;
+    prod_ref[static_cast<std::size_t>(offset(out_dims, at))] = xv * yv;
+  });
+  // Contraction: ids 0,1,3 kept; id 2 summed in order.
+  for (std::int64_t i0 = 0; i0 < e[0]; ++i0)
+    for (std::int64_t i1 = 0; i1 < e[1]; ++i1)
+      for (std::int64_t i3 = 0; i3 < e[3]; ++i3) {
+        float acc = 0;
+        for (std::int64_t i2 = 0; i2 < e[2]; ++i2) {
+          const std::array<std::int64_t, 4> at{i0, i1, i2, i3};
+          acc += x[static_cast<std::size_t>(offset(x_dims, at))] * y[static_cast<std::size_t>(offset(y_dims, at))];
+        }
+        contract_ref[static_cast<std::size_t>(offset(contracted, {i0, i1, 0, i3}))] = acc;
+      }
+
+  for (int threads : {1, 3}) {
+    with_threads(threads, [&] {
+      std::vector<float> sum(sum_ref.size()), copy(copy_ref.size()), prod(prod_ref.size()),
+          con(contract_ref.size());
+      be::reduce(host_space{}, x.data(), x_dims, sum.data(), kept, 0.0f, be::plus<float>{});
+      be::broadcast(host_space{}, x.data(), x_dims, copy.data(), out_dims);
+      be::binary(host_space{}, x.data(), x_dims, y.data(), y_dims, prod.data(), out_dims,
+                 [](float a, float b) { return a * b; });
+      be::contract(host_space{}, x.data(), x_dims, y.data(), y_dims, con.data(), contracted);
+      EXPECT_TRUE(same_bits(sum, sum_ref)) << threads << " threads";
+      EXPECT_TRUE(same_bits(copy, copy_ref)) << threads << " threads";
+      EXPECT_TRUE(same_bits(prod, prod_ref)) << threads << " threads";
+      // The contraction goes through BLAS (x is packed first): equal to rounding.
+      for (std::size_t i = 0; i < con.size(); ++i) ASSERT_NEAR(con[i], contract_ref[i], 1e-5) << i;
+    });
+  }
+}
+
+TEST(StridedKernels, AContractionWithADimInOneOperandOnlyFoldsInOrder) {
+  // id 0 only in x: not GEMM-shaped, so the kernel folds it with id 1.
+  const auto x_dims = make_dims({{0, 40}, {1, 30}}), y_dims = make_dims({{1, 30}, {2, 50}});
+  const auto out_dims = make_dims({{2, 50}});
+  const auto x = random_floats(1200, 4), y = random_floats(1500, 5);
+  std::vector<float> ref(50, 0.0f);
+  for (std::int64_t k = 0; k < 50; ++k) {
+    float acc = 0;
+    for (std::int64_t i = 0; i < 40; ++i)
+      for (std::int64_t j = 0; j < 30; ++j)
+        acc += x[static_cast<std::size_t>(i * 30 + j)] * y[static_cast<std::size_t>(j * 50 + k)];
+    ref[static_cast<std::size_t>(k)] = acc;
+  }
+  for (int threads : {1, 2}) {
+    with_threads(threads, [&] {
+      std::vector<float> out(50);
+      be::contract(host_space{}, x.data(), x_dims, y.data(), y_dims, out.data(), out_dims);
+      EXPECT_TRUE(same_bits(out, ref)) << threads << " threads";
+    });
+  }
+}
+
+TEST(Launch, ThreadsPerDeviceDefaultsToTheCoresSharedAndRejectsNegatives) {
+  typemesh::launch({.devices = 2}, [](typemesh::device&) {
+    EXPECT_EQ(be::host::kernel_threads(), be::blas_threads_per_device(2));
+  });
+  tt::expect_error<typemesh::device_error>(
+      [] { typemesh::launch({.devices = 1, .threads_per_device = -2}, [](typemesh::device&) {}); },
+      {"threads_per_device", "-2"});
+  EXPECT_EQ(be::host::kernel_threads(), 1);  // outside a device
+}
+
+}  // namespace
