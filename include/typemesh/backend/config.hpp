@@ -14,3 +14,12 @@
 #define TYPEMESH_HOST_DEVICE
 #endif
 #define TYPEMESH_KERNEL TYPEMESH_HOST_DEVICE
+
+// Before a kernel struct's operator() that calls a function the caller
+// passes: a host-only lambda is fine on the host space, so nvcc should not
+// warn that a host-device function calls it.
+#if defined(__CUDACC__)
+#define TYPEMESH_CALLS_CALLER _Pragma("nv_exec_check_disable")
+#else
+#define TYPEMESH_CALLS_CALLER
+#endif

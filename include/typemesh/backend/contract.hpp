@@ -89,7 +89,7 @@ void contract(Space s, const T* a, const dims& ad, const T* b, const dims& bd, T
     const dims summed = detail::lacking(space, od);
     detail::fold_into(
         s, out, od, detail::strided<2>(od, {&ad, &bd}), detail::strided<2>(summed, {&ad, &bd}), summed.elements(),
-        T{}, [=] TYPEMESH_KERNEL(const std::int64_t(&off)[2]) { return a[off[0]] * b[off[1]]; }, plus<T>{});
+        T{}, detail::product_at<T>{a, b}, plus<T>{});
     return;
   }
   using detail::select;

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "typemesh/backend/config.hpp"
+#include "typemesh/backend/functors.hpp"
 #include "typemesh/backend/parallel.hpp"
 
 namespace typemesh::backend {
@@ -19,9 +20,55 @@ void fill(Space s, T* out, std::int64_t n, T value) {
 }
 
 // out[i] = f(i).
+namespace detail {
+// Kernels that call a function the caller passes are named structs: nvcc's
+// extended lambdas may not capture the caller's own lambdas.
+template <class T, class F>
+struct generate_kernel {
+  T* out;
+  F f;
+  TYPEMESH_CALLS_CALLER
+  TYPEMESH_KERNEL void operator()(std::int64_t i) const { out[i] = f(i); }
+};
+template <class T, class U, class F>
+struct map_kernel {
+  const T* in;
+  U* out;
+  F f;
+  TYPEMESH_CALLS_CALLER
+  TYPEMESH_KERNEL void operator()(std::int64_t i) const { out[i] = f(in[i]); }
+};
+template <class T, class U, class V, class F>
+struct zip_kernel {
+  const T* a;
+  const U* b;
+  V* out;
+  F f;
+  TYPEMESH_CALLS_CALLER
+  TYPEMESH_KERNEL void operator()(std::int64_t i) const { out[i] = f(a[i], b[i]); }
+};
+template <class T, class F>
+struct zip3_kernel {
+  const T* a;
+  const T* b;
+  const T* c;
+  T* out;
+  F f;
+  TYPEMESH_CALLS_CALLER
+  TYPEMESH_KERNEL void operator()(std::int64_t i) const { out[i] = f(a[i], b[i], c[i]); }
+};
+template <class Pred>
+struct index_if {
+  Pred pred;
+  std::int64_t none;
+  TYPEMESH_CALLS_CALLER
+  TYPEMESH_KERNEL std::int64_t operator()(std::int64_t i) const { return pred(i) ? i : none; }
+};
+}  // namespace detail
+
 template <class Space, class T, class F>
 void generate(Space s, T* out, std::int64_t n, F f) {
-  parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { out[i] = f(i); });
+  parallel_for(s, n, detail::generate_kernel<T, F>{out, f});
 }
 
 template <class Space, class T>
@@ -32,19 +79,19 @@ void copy(Space s, const T* src, T* dst, std::int64_t n) {
 // out[i] = f(in[i]); out may be in.
 template <class Space, class T, class U, class F>
 void map(Space s, const T* in, U* out, std::int64_t n, F f) {
-  parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { out[i] = f(in[i]); });
+  parallel_for(s, n, detail::map_kernel<T, U, F>{in, out, f});
 }
 
 // out[i] = f(a[i], b[i]); out may be a or b.
 template <class Space, class T, class U, class V, class F>
 void zip(Space s, const T* a, const U* b, V* out, std::int64_t n, F f) {
-  parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { out[i] = f(a[i], b[i]); });
+  parallel_for(s, n, detail::zip_kernel<T, U, V, F>{a, b, out, f});
 }
 
 // out[i] = f(a[i], b[i], c[i]); out may be any of them.
 template <class Space, class T, class F>
 void zip3(Space s, const T* a, const T* b, const T* c, T* out, std::int64_t n, F f) {
-  parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { out[i] = f(a[i], b[i], c[i]); });
+  parallel_for(s, n, detail::zip3_kernel<T, F>{a, b, c, out, f});
 }
 
 // dst[i] += src[i].
@@ -53,14 +100,6 @@ void add_into(Space s, T* dst, const T* src, std::int64_t n) {
   parallel_for(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { dst[i] += src[i]; });
 }
 
-template <class T>
-struct plus {
-  TYPEMESH_KERNEL T operator()(T a, T b) const { return a + b; }
-};
-template <class T>
-struct maximum {
-  TYPEMESH_KERNEL T operator()(T a, T b) const { return a < b ? b : a; }
-};
 
 template <class Space, class T>
 T sum(Space s, const T* x, std::int64_t n) {
@@ -72,17 +111,12 @@ T max(Space s, const T* x, std::int64_t n, T lowest) {
   return parallel_sum(s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { return x[i]; }, lowest, maximum<T>{});
 }
 
-template <class T>
-struct minimum {
-  TYPEMESH_KERNEL T operator()(T a, T b) const { return b < a ? b : a; }
-};
 
 // The smallest i in [0, n) where pred(i) holds, or n: for checks that find
 // the first bad element before a kernel runs.
 template <class Space, class Pred>
 std::int64_t first_where(Space s, std::int64_t n, Pred pred) {
-  return parallel_sum(
-      s, n, [=] TYPEMESH_KERNEL(std::int64_t i) { return pred(i) ? i : n; }, n, minimum<std::int64_t>{});
+  return parallel_sum(s, n, detail::index_if<Pred>{pred, n}, n, minimum<std::int64_t>{});
 }
 
 // One element, read from the space's memory into the host's.

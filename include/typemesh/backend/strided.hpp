@@ -98,53 +98,106 @@ inline dims lacking(const dims& from, const dims& out) {
   return r;
 }
 
-// Calls f(off) for every row of `sp` (all dims but the last) with the
-// operands' offsets at the row's start; f walks the last dim itself with
-// inner_stride(j).
-template <class Space, std::size_t K, class F>
-void for_each_row(Space s, const strided_space<K>& sp, std::int64_t elements, const F& f) {
-  if (elements == 0) return;
-  const std::int64_t inner = sp.rank == 0 ? 1 : sp.extent[sp.rank - 1];
-  parallel_for(
-      s, elements / inner,
-      [=] TYPEMESH_KERNEL(std::int64_t row) {
-        std::int64_t off[K];
-        sp.offsets_at(row, off, sp.rank - 1);
-        f(off, inner);
-      },
-      grain_for(inner));
-}
+// The kernels below are named structs, not lambdas: they call functions the
+// caller passes (often lambdas local to the caller), which nvcc's extended
+// lambdas may not capture.
 
 // out[o] = fold over the dims od lacks (in the order of `summed`) of
 // value(offsets), for every element o of od, each element on one thread in
 // row-major order: the same order, and so the same bits, as one sequential
 // walk over the whole space.
+template <class T, std::size_t K, class Value, class Combine>
+struct fold_kernel {
+  T* out;
+  strided_space<K> kept, summed;
+  std::int64_t summed_elements;
+  T init;
+  Value value;
+  Combine combine;
+
+  TYPEMESH_CALLS_CALLER
+  TYPEMESH_KERNEL void operator()(std::int64_t o) const {
+    std::int64_t base[K];
+    kept.offsets_at(o, base, kept.rank);
+    T acc = init;
+    // Row by row of the summed dims, the last one walked by stride.
+    const int last = summed.rank - 1;
+    const std::int64_t inner = last < 0 ? 1 : summed.extent[last];
+    const std::int64_t rows = inner == 0 ? 0 : summed_elements / inner;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::int64_t off[K];
+      summed.offsets_at(r, off, last < 0 ? 0 : last);
+      for (std::size_t j = 0; j < K; ++j) off[j] += base[j];
+      for (std::int64_t i = 0; i < inner; ++i) {
+        acc = combine(acc, value(off));
+        for (std::size_t j = 0; j < K; ++j) off[j] += last < 0 ? 0 : summed.stride[j][last];
+      }
+    }
+    out[o] = acc;
+  }
+};
+
 template <class Space, class T, std::size_t K, class Value, class Combine>
 void fold_into(Space s, T* out, const dims& od, const strided_space<K>& kept, const strided_space<K>& summed,
                std::int64_t summed_elements, T init, Value value, Combine combine) {
-  parallel_for(
-      s, od.elements(),
-      [=] TYPEMESH_KERNEL(std::int64_t o) {
-        std::int64_t base[K];
-        kept.offsets_at(o, base, kept.rank);
-        T acc = init;
-        // Row by row of the summed dims, the last one walked by stride.
-        const int last = summed.rank - 1;
-        const std::int64_t inner = last < 0 ? 1 : summed.extent[last];
-        const std::int64_t rows = inner == 0 ? 0 : summed_elements / inner;
-        for (std::int64_t r = 0; r < rows; ++r) {
-          std::int64_t off[K];
-          summed.offsets_at(r, off, last < 0 ? 0 : last);
-          for (std::size_t j = 0; j < K; ++j) off[j] += base[j];
-          for (std::int64_t i = 0; i < inner; ++i) {
-            acc = combine(acc, value(off));
-            for (std::size_t j = 0; j < K; ++j) off[j] += last < 0 ? 0 : summed.stride[j][last];
-          }
-        }
-        out[o] = acc;
-      },
-      grain_for(summed_elements));
+  parallel_for(s, od.elements(),
+               fold_kernel<T, K, Value, Combine>{out, kept, summed, summed_elements, init, value, combine},
+               grain_for(summed_elements));
 }
+
+template <class T>
+struct element_at {
+  const T* x;
+  TYPEMESH_KERNEL T operator()(const std::int64_t (&off)[1]) const { return x[off[0]]; }
+};
+template <class T>
+struct product_at {
+  const T* a;
+  const T* b;
+  TYPEMESH_KERNEL T operator()(const std::int64_t (&off)[2]) const { return a[off[0]] * b[off[1]]; }
+};
+
+// One row of a broadcast: the last dim of `sp` walked with x's stride; out
+// is dense.
+template <class T>
+struct copy_rows_kernel {
+  strided_space<2> sp;
+  const T* x;
+  T* out;
+  TYPEMESH_KERNEL void operator()(std::int64_t row) const {
+    std::int64_t o[2];
+    sp.offsets_at(row, o, sp.rank - 1);
+    const std::int64_t n = sp.rank ? sp.extent[sp.rank - 1] : 1, xs = sp.rank ? sp.stride[0][sp.rank - 1] : 0;
+    for (std::int64_t i = 0; i < n; ++i) out[o[1] + i] = x[o[0] + i * xs];
+  }
+};
+
+// One row of out = f(a, b).
+template <class TA, class TB, class TO, class F>
+struct binary_rows_kernel {
+  strided_space<3> sp;
+  const TA* a;
+  const TB* b;
+  TO* out;
+  F f;
+  TYPEMESH_CALLS_CALLER
+  TYPEMESH_KERNEL void operator()(std::int64_t row) const {
+    std::int64_t o[3];
+    sp.offsets_at(row, o, sp.rank - 1);
+    const std::int64_t n = sp.rank ? sp.extent[sp.rank - 1] : 1;
+    const std::int64_t as = sp.rank ? sp.stride[0][sp.rank - 1] : 0, bs = sp.rank ? sp.stride[1][sp.rank - 1] : 0;
+    for (std::int64_t i = 0; i < n; ++i) out[o[2] + i] = f(a[o[0] + i * as], b[o[1] + i * bs]);
+  }
+};
+
+// The rows of a space (every dim but the last; one for a scalar) and their
+// length.
+inline std::int64_t rows_of(const dims& space) {
+  const std::int64_t n = space.elements();
+  if (n == 0 || space.rank == 0) return n;
+  return n / space.extent[space.rank - 1];
+}
+inline std::int64_t row_length(const dims& space) { return space.rank ? space.extent[space.rank - 1] : 1; }
 
 }  // namespace detail
 
@@ -152,11 +205,8 @@ void fold_into(Space s, T* out, const dims& od, const strided_space<K>& kept, co
 // lacks repeat x. Transposes, copies and broadcasts.
 template <class Space, class T>
 void broadcast(Space s, const T* x, const dims& xd, T* out, const dims& od) {
-  const auto sp = detail::strided<2>(od, {&xd, &od});
-  const std::int64_t xs = sp.rank ? sp.stride[0][sp.rank - 1] : 0;
-  detail::for_each_row(s, sp, od.elements(), [=] TYPEMESH_KERNEL(const std::int64_t(&o)[2], std::int64_t n) {
-    for (std::int64_t i = 0; i < n; ++i) out[o[1] + i] = x[o[0] + i * xs];
-  });
+  parallel_for(s, detail::rows_of(od), detail::copy_rows_kernel<T>{detail::strided<2>(od, {&xd, &od}), x, out},
+               grain_for(detail::row_length(od)));
 }
 
 // out (dims `od`, a subset of x's) = x reduced over the dims od lacks, with
@@ -165,19 +215,16 @@ template <class Space, class T, class Combine>
 void reduce(Space s, const T* x, const dims& xd, T* out, const dims& od, T init, Combine combine) {
   const dims summed = detail::lacking(xd, od);
   detail::fold_into(s, out, od, detail::strided<1>(od, {&xd}), detail::strided<1>(summed, {&xd}),
-                    summed.elements(), init,
-                    [=] TYPEMESH_KERNEL(const std::int64_t(&off)[1]) { return x[off[0]]; }, combine);
+                    summed.elements(), init, detail::element_at<T>{x}, combine);
 }
 
 // out = f(a, b) over out's dims, each of a and b broadcast along the dims it
 // lacks.
 template <class Space, class TA, class TB, class TO, class F>
 void binary(Space s, const TA* a, const dims& ad, const TB* b, const dims& bd, TO* out, const dims& od, F f) {
-  const auto sp = detail::strided<3>(od, {&ad, &bd, &od});
-  const std::int64_t as = sp.rank ? sp.stride[0][sp.rank - 1] : 0, bs = sp.rank ? sp.stride[1][sp.rank - 1] : 0;
-  detail::for_each_row(s, sp, od.elements(), [=] TYPEMESH_KERNEL(const std::int64_t(&o)[3], std::int64_t n) {
-    for (std::int64_t i = 0; i < n; ++i) out[o[2] + i] = f(a[o[0] + i * as], b[o[1] + i * bs]);
-  });
+  parallel_for(s, detail::rows_of(od),
+               detail::binary_rows_kernel<TA, TB, TO, F>{detail::strided<3>(od, {&ad, &bd, &od}), a, b, out, f},
+               grain_for(detail::row_length(od)));
 }
 
 // The union of the operands' dims, out's first: the index space of a

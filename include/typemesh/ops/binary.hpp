@@ -70,6 +70,16 @@ auto sum_back_to(const G& g, const S& input_shape) {
   else return reduce_to<S, canonical<S, L>>(g, input_shape, reduce_op::sum);
 }
 
+// A linear op's contribution, which depends on dy alone.
+template <class D>
+struct linear_contribution {
+  D d;
+  template <class T>
+  TYPEMESH_KERNEL T operator()(T dy) const {
+    return d(T{}, T{}, dy);
+  }
+};
+
 // A binary op: its value f, and the contributions da(a, b, dy), db(a, b, dy)
 // to the gradients of a and b (shaped like the output, before summing).
 // Linear ops (add, sub) have contributions that do not depend on a and b, so
@@ -97,11 +107,10 @@ auto binary(const char* what, const tensor<T, SA, LA, MA>& a, const tensor<T, SB
     auto contribution = [s](const out_t& dy, const auto& av, const auto& bv, auto d_of) {
       out_t g(dy.mesh(), s, uninitialized);
       if constexpr (Linear) {
-        backend::map(g.space(), dy.data(), g.data(), g.local_size(),
-                     [d_of] TYPEMESH_KERNEL(T d) -> T { return d_of(T{}, T{}, d); });
+        backend::map(g.space(), dy.data(), g.data(), g.local_size(), linear_contribution<decltype(d_of)>{d_of});
       } else {
-        const auto ab = broadcast_apply<Out, OutL>(*av, *bv, s, [] TYPEMESH_KERNEL(T x, T) { return x; });
-        const auto bb = broadcast_apply<Out, OutL>(*av, *bv, s, [] TYPEMESH_KERNEL(T, T y) { return y; });
+        const auto ab = broadcast_apply<Out, OutL>(*av, *bv, s, backend::first_of{});
+        const auto bb = broadcast_apply<Out, OutL>(*av, *bv, s, backend::second_of{});
         backend::zip3(g.space(), ab.data(), bb.data(), dy.data(), g.data(), g.local_size(), d_of);
       }
       return g;
@@ -117,12 +126,31 @@ auto binary(const char* what, const tensor<T, SA, LA, MA>& a, const tensor<T, SB
 
 }  // namespace ops_detail
 
-#define TYPEMESH_BINARY(NAME, LINEAR, F, DA, DB)                                                                \
-  template <class T, class SA, class LA, class MA, class SB, class LB, class MB>                                \
-  auto NAME(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {                                   \
-    return ops_detail::binary<LINEAR>(                                                                          \
-        #NAME, a, b, [] TYPEMESH_KERNEL(T x, T y) -> T { return F; }, [] TYPEMESH_KERNEL(T x, T y, T d) -> T { return DA; },                    \
-        [] TYPEMESH_KERNEL(T x, T y, T d) -> T { return DB; });                                                                 \
+#define TYPEMESH_BINARY(NAME, LINEAR, F, DA, DB)                                                      \
+  namespace ops_detail {                                                                              \
+  struct NAME##_value {                                                                               \
+    template <class T>                                                                                \
+    TYPEMESH_KERNEL T operator()(T x, T y) const {                                                    \
+      return F;                                                                                       \
+    }                                                                                                 \
+  };                                                                                                  \
+  struct NAME##_da {                                                                                  \
+    template <class T>                                                                                \
+    TYPEMESH_KERNEL T operator()(T x, T y, T d) const {                                               \
+      return DA;                                                                                      \
+    }                                                                                                 \
+  };                                                                                                  \
+  struct NAME##_db {                                                                                  \
+    template <class T>                                                                                \
+    TYPEMESH_KERNEL T operator()(T x, T y, T d) const {                                               \
+      return DB;                                                                                      \
+    }                                                                                                 \
+  };                                                                                                  \
+  }                                                                                                   \
+  template <class T, class SA, class LA, class MA, class SB, class LB, class MB>                      \
+  auto NAME(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {                         \
+    return ops_detail::binary<LINEAR>(#NAME, a, b, ops_detail::NAME##_value{}, ops_detail::NAME##_da{}, \
+                                      ops_detail::NAME##_db{});                                       \
   }
 
 // Each line: whether the op is linear, the value of x op y, and the

@@ -24,6 +24,14 @@ namespace typemesh {
 namespace ops_detail {
 
 
+// dy shared by the tied maxima of its row: dy / ties where an element is one.
+struct shared_by_ties {
+  template <class T>
+  TYPEMESH_KERNEL T operator()(T tie, T dy, T ties) const {
+    return tie != T{0} ? dy / ties : T{0};
+  }
+};
+
 // x reduced to shape Out (any subset of x's dims, in any order) with layout
 // OutL, which must place Out's dims as x does.
 template <class Out, class OutL, class T, class S, class L, class M>
@@ -134,12 +142,12 @@ auto reduce_max(const tensor<T, S, L, M>& x) {
                     // 1 where an element is a maximum; the ties per row; then dy / ties there.
                     in_t ties = ops_detail::broadcast_to<S, canonical<S, L>>(y, xv.shape());
                     backend::zip(ties.space(), xv.data(), ties.data(), ties.data(), ties.local_size(),
-                                 [] TYPEMESH_KERNEL(T x, T top) { return x == top ? T{1} : T{0}; });
+                                 backend::is_maximum{});
                     out_t count = ops_detail::reduce_to<Out, OutL>(ties, rows, reduce_op::sum);
                     in_t g = ops_detail::broadcast_to<S, canonical<S, L>>(dy, xv.shape());
                     in_t c = ops_detail::broadcast_to<S, canonical<S, L>>(count, xv.shape());
                     backend::zip3(g.space(), ties.data(), g.data(), c.data(), g.data(), g.local_size(),
-                                  [] TYPEMESH_KERNEL(T tie, T d, T count) { return tie != T{0} ? d / count : T{0}; });
+                                  ops_detail::shared_by_ties{});
                     return g;
                   }));
   }

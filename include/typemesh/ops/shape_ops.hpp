@@ -312,9 +312,11 @@ void check_range(const char* op, const S& s, std::int64_t begin, std::int64_t si
 
 template <class I>
 struct out_of_range {
+  const I* indices;
   std::int64_t vocab;
-  TYPEMESH_HOST_DEVICE bool operator()(I i) const {
-    return static_cast<std::int64_t>(i) < 0 || static_cast<std::int64_t>(i) >= vocab;
+  TYPEMESH_KERNEL bool operator()(std::int64_t at) const {
+    const auto i = static_cast<std::int64_t>(indices[at]);
+    return i < 0 || i >= vocab;
   }
 };
 
@@ -445,8 +447,7 @@ auto one_hot_op(const tensor<I, S, L, M>& indices, std::int64_t vocab_size, U on
   // The first index out of range on this device, if any.
   const I* idx = indices.data();
   const std::int64_t n = indices.local_size();
-  const std::int64_t bad = backend::first_where(
-      indices.space(), n, [=] TYPEMESH_KERNEL(std::int64_t i) { return out_of_range<I>{vocab_size}(idx[i]); });
+  const std::int64_t bad = backend::first_where(indices.space(), n, out_of_range<I>{idx, vocab_size});
   if (bad < n) {
     const I value = backend::read_one(indices.space(), idx + bad);
     throw shape_error(detail::cat("one_hot<", VocabDim::name, ">: index ", static_cast<std::int64_t>(value), " at ",

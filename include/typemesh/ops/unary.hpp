@@ -33,6 +33,16 @@ Tensor apply2(const Tensor& a, const Tensor& b, F f) {
   return out;
 }
 
+// dy * d(x, y), the gradient of a unary function with derivative d.
+template <class D>
+struct times_derivative {
+  D d;
+  template <class T>
+  TYPEMESH_KERNEL T operator()(T x, T y, T dy) const {
+    return dy * d(x, y);
+  }
+};
+
 // A unary function y = f(x) whose derivative is d(x, y). Recording keeps x
 // and y for the gradient dy * d(x, y).
 template <class T, class S, class L, class M, class F, class D>
@@ -43,19 +53,31 @@ tensor<T, S, L, M> unary(const char* what, const tensor<T, S, L, M>& x, F f, D d
   return record(std::move(y), what, gradient_of(x, [xv = x.detached(), yv = y.detached(), d](const t& dy) {
                   t dx(xv.mesh(), xv.shape(), uninitialized);
                   backend::zip3(dx.space(), xv.data(), yv.data(), dy.data(), dx.data(), dx.local_size(),
-                                [d] TYPEMESH_KERNEL(T x, T y, T g) -> T { return g * d(x, y); });
+                                times_derivative<D>{d});
                   return dx;
                 }));
 }
 
 }  // namespace ops_detail
 
-#define TYPEMESH_UNARY(NAME, F, D)                                                              \
-  template <class T, class S, class L, class M>                                                 \
-  tensor<T, S, L, M> NAME(const tensor<T, S, L, M>& x) {                                        \
-    return ops_detail::unary(                                                                   \
-        #NAME, x, [] TYPEMESH_KERNEL(T v) -> T { return F; },                                   \
-        [] TYPEMESH_KERNEL([[maybe_unused]] T v, [[maybe_unused]] T y) -> T { return D; });     \
+#define TYPEMESH_UNARY(NAME, F, D)                                              \
+  namespace ops_detail {                                                        \
+  struct NAME##_value {                                                         \
+    template <class T>                                                          \
+    TYPEMESH_KERNEL T operator()(T v) const {                                   \
+      return F;                                                                 \
+    }                                                                           \
+  };                                                                            \
+  struct NAME##_derivative {                                                    \
+    template <class T>                                                          \
+    TYPEMESH_KERNEL T operator()([[maybe_unused]] T v, [[maybe_unused]] T y) const { \
+      return D;                                                                 \
+    }                                                                           \
+  };                                                                            \
+  }                                                                             \
+  template <class T, class S, class L, class M>                                 \
+  tensor<T, S, L, M> NAME(const tensor<T, S, L, M>& x) {                        \
+    return ops_detail::unary(#NAME, x, ops_detail::NAME##_value{}, ops_detail::NAME##_derivative{}); \
   }
 
 // Each line: the function of v, and its derivative in terms of v and y = f(v).
@@ -75,23 +97,23 @@ TYPEMESH_UNARY(abs, v < T{0} ? -v : v, v < T{0} ? T{-1} : T{1})
 template <class T, class S, class L, class M>
 tensor<T, S, L, M> scale(const tensor<T, S, L, M>& x, std::type_identity_t<T> factor) {
   using t = tensor<T, S, L, M>;
-  t y = ops_detail::apply<T>(x, [factor](T v) { return v * factor; });
+  t y = ops_detail::apply<T>(x, backend::times<T>{factor});
   return record(std::move(y), "scale",
-                gradient_of(x, [factor](const t& dy) { return ops_detail::apply<T>(dy, [factor](T v) { return v * factor; }); }));
+                gradient_of(x, [factor](const t& dy) { return ops_detail::apply<T>(dy, backend::times<T>{factor}); }));
 }
 
 // x + c.
 template <class T, class S, class L, class M>
 tensor<T, S, L, M> shift(const tensor<T, S, L, M>& x, std::type_identity_t<T> c) {
   using t = tensor<T, S, L, M>;
-  t y = ops_detail::apply<T>(x, [c](T v) { return v + c; });
+  t y = ops_detail::apply<T>(x, backend::plus_constant<T>{c});
   return record(std::move(y), "shift", gradient_of(x, [](const t& dy) { return dy.detached(); }));
 }
 
 // The same values as another element type (no gradient flows through).
 template <class U, class T, class S, class L, class M>
 tensor<U, S, L, M> cast(const tensor<T, S, L, M>& x) {
-  return ops_detail::apply<U>(x, [](T v) { return static_cast<U>(v); });
+  return ops_detail::apply<U>(x, backend::cast_to<U>{});
 }
 
 // The same values, with no gradient flowing back (stop_gradient).
