@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,13 +31,20 @@
 
 namespace typemesh {
 
-template <fixed_name Name, class... Axes>
-class mesh {
+// A mesh whose tensors live in Space (host_space or cuda_space); mesh<> and
+// cuda_mesh<> below name the two.
+template <class Space, fixed_name Name, class... Axes>
+class mesh_in {
+  static_assert(typemesh::space<Space>, "typemesh: the space of a mesh must be typemesh::host_space or cuda_space");
   static_assert((Axis<Axes> && ...), "typemesh: every axis of mesh<name, axes...> must be an axis tag");
-  static_assert((sizeof(diagnostic::axis_repeated_in_mesh<Axes, mesh, (detail::count<Axes, Axes...> > 1)>) && ...));
+  static_assert((sizeof(diagnostic::axis_repeated_in_mesh<Axes, mesh_in, (detail::count<Axes, Axes...> > 1)>) && ...));
+#if !defined(TYPEMESH_CUDA)
+  static_assert(!std::is_same_v<Space, cuda_space>,
+                "typemesh: a cuda_mesh needs a CUDA build: compile with nvcc (the CMake option TYPEMESH_CUDA)");
+#endif
 
  public:
-  using space = host_space;
+  using space = Space;
   static constexpr std::string_view name = Name.view();
   static constexpr std::size_t rank = sizeof...(Axes);
   static constexpr std::array<std::string_view, rank> axis_names{Axes::name...};
@@ -51,9 +59,9 @@ class mesh {
   using coords = std::array<int, rank>;
 
   // Devices 0 .. n-1 in order.
-  explicit mesh(const std::array<int, rank>& sizes) : mesh(sizes, iota(sizes)) {}
+  explicit mesh_in(const std::array<int, rank>& sizes) : mesh_in(sizes, iota(sizes)) {}
 
-  mesh(const std::array<int, rank>& sizes, std::vector<int> devices) {
+  mesh_in(const std::array<int, rank>& sizes, std::vector<int> devices) {
     const std::size_t n = static_cast<std::size_t>(device_count_of(sizes));
     if (devices.size() != n) {
       throw shape_error(detail::cat("mesh '", name, "' of shape ", describe_sizes(sizes), " needs ", n,
@@ -93,7 +101,7 @@ class mesh {
   // The coordinate of `device` on axis A; an error for a device outside the mesh.
   template <class A>
   int coordinate(int device) const {
-    static_assert(sizeof(diagnostic::axis_not_in_mesh<A, mesh, !has<A>>));
+    static_assert(sizeof(diagnostic::axis_not_in_mesh<A, mesh_in, !has<A>>));
     auto c = coordinate_of(device);
     if (!c) {
       throw device_error(detail::cat("device ", device, " is not in ", describe()));
@@ -171,18 +179,20 @@ class mesh {
 
   template <class... A>
   group group_along(int device) const {
-    static_assert((sizeof(diagnostic::axis_not_in_mesh<A, mesh, !has<A>>) && ...));
+    static_assert((sizeof(diagnostic::axis_not_in_mesh<A, mesh_in, !has<A>>) && ...));
     std::array<bool, rank> along{};
     ((along[index_of<A>] = true), ...);
     return group_along(device, along);
   }
 
-  // "mesh 'lstm' [axis0=2 axis1=4] on devices [4 5 6 7 0 1 2 3]"
+  // "mesh 'lstm' [axis0=2 axis1=4] on devices [4 5 6 7 0 1 2 3]"; a CUDA
+  // mesh says "on cuda devices".
   std::string describe() const {
-    return detail::cat("mesh '", name, "' ", describe_sizes(data_->sizes), " on devices ", detail::list(data_->devices));
+    return detail::cat("mesh '", name, "' ", describe_sizes(data_->sizes), " on ",
+                       std::is_same_v<Space, host_space> ? "" : "cuda ", "devices ", detail::list(data_->devices));
   }
 
-  friend bool operator==(const mesh& a, const mesh& b) {
+  friend bool operator==(const mesh_in& a, const mesh_in& b) {
     return a.data_ == b.data_ || (a.data_->sizes == b.data_->sizes && a.data_->devices == b.data_->devices);
   }
 
@@ -230,6 +240,15 @@ class mesh {
 
   std::shared_ptr<const data> data_;
 };
+
+// A mesh of host devices (threads or MPI ranks), the default.
+template <fixed_name Name, class... Axes>
+using mesh = mesh_in<host_space, Name, Axes...>;
+
+// A mesh of CUDA GPUs: its tensors live in device memory and its kernels run
+// on the GPUs (a CUDA build only).
+template <fixed_name Name, class... Axes>
+using cuda_mesh = mesh_in<cuda_space, Name, Axes...>;
 
 // Detected by members, not by matching mesh<Name, Axes...>: nvcc does not
 // deduce class-type template arguments in partial specialisations.
