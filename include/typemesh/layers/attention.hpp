@@ -25,6 +25,8 @@
 #include <type_traits>
 
 #include "typemesh/autodiff/tape.hpp"
+#include "typemesh/backend/config.hpp"
+#include "typemesh/backend/random.hpp"
 #include "typemesh/core/diagnostics.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/shape_algebra.hpp"
@@ -324,6 +326,18 @@ consteval bool check_self_attention() {
   }
 }
 
+// The causal bias at a global row-major index of the [Len, MLen] table:
+// masked_logit where the memory position is after the query position, else 0.
+template <class T>
+struct causal_bias_value {
+  std::int64_t memory_length;
+  TYPEMESH_KERNEL T operator()(std::uint64_t i) const {
+    const auto query_pos = static_cast<std::int64_t>(i) / memory_length;
+    const auto memory_pos = static_cast<std::int64_t>(i) % memory_length;
+    return memory_pos > query_pos ? static_cast<T>(masked_logit) : T{0};
+  }
+};
+
 // A [Len, MLen] tensor placed as `logits` places those dims: masked_logit
 // where the memory position is after the query position, else 0. Positions
 // are global indices, so the bias is the same under every layout.
@@ -333,14 +347,10 @@ auto causal_bias(const Logits& logits) {
   using S = shape<Len, MLen>;
   using L = canonical<S, typename ops_detail::output_layout<S, typename Logits::layout_type>::type>;
   const std::int64_t memory_length = logits.shape().template size<MLen>();
-  tensor<T, S, L, typename Logits::mesh_type> bias(logits.mesh(),
-                                                   S{logits.shape().template size<Len>(), memory_length});
-  auto b = bias.local();
-  for_each_element(bias, [&](std::int64_t off, std::uint64_t i) {
-    const auto query_pos = static_cast<std::int64_t>(i) / memory_length;
-    const auto memory_pos = static_cast<std::int64_t>(i) % memory_length;
-    b[off] = memory_pos > query_pos ? static_cast<T>(masked_logit) : T{0};
-  });
+  tensor<T, S, L, typename Logits::mesh_type> bias(
+      logits.mesh(), S{logits.shape().template size<Len>(), memory_length}, uninitialized);
+  backend::fill_by_global_index(bias.space(), bias.data(), global_index_geometry(bias),
+                                causal_bias_value<T>{memory_length});
   return bias;
 }
 
@@ -487,6 +497,23 @@ struct positional_encoding_options {
   double max_timescale = 10000.0;
 };
 
+namespace attention_detail {
+// The sinusoidal encoding at a global row-major index of the table: the
+// position and the channel are found from their strides.
+template <class T>
+struct sinusoid_value {
+  std::int64_t positions, channels, position_stride, channel_stride;
+  double max_timescale;
+  TYPEMESH_KERNEL T operator()(std::uint64_t i) const {
+    const auto index = static_cast<std::int64_t>(i);
+    const auto pos = static_cast<double>(index / position_stride % positions);
+    const std::int64_t channel = index / channel_stride % channels;
+    const double angle = pos / std::pow(max_timescale, static_cast<double>(channel - channel % 2) / channels);
+    return static_cast<T>(channel % 2 == 0 ? std::sin(angle) : std::cos(angle));
+  }
+};
+}  // namespace attention_detail
+
 // The sinusoidal table [Len, DM] (in the order the shape s gives them) of
 // "Attention is all you need": at position p, channel 2i holds
 // sin(p / max_timescale^(2i / d)) and channel 2i + 1 the cos of the same
@@ -502,19 +529,14 @@ auto positional_encoding(const M& m, const S& s, const positional_encoding_optio
   if constexpr (!ok) {
     return diagnostic::after_failure<table_t>();
   } else {
-    table_t table(m, s);
+    table_t table(m, s, uninitialized);
     const std::int64_t positions = s.template size<Len>(), d = s.template size<DM>();
     // Strides of the two dims in the table's row-major element order.
     const std::int64_t position_stride = shape_index_of<S, Len> == 0 ? d : 1;
     const std::int64_t channel_stride = shape_index_of<S, DM> == 0 ? positions : 1;
-    auto v = table.local();
-    for_each_element(table, [&](std::int64_t off, std::uint64_t i) {
-      const auto index = static_cast<std::int64_t>(i);
-      const auto pos = static_cast<double>(index / position_stride % positions);
-      const std::int64_t channel = index / channel_stride % d;
-      const double angle = pos / std::pow(options.max_timescale, static_cast<double>(channel - channel % 2) / d);
-      v[off] = static_cast<T>(channel % 2 == 0 ? std::sin(angle) : std::cos(angle));
-    });
+    backend::fill_by_global_index(
+        table.space(), table.data(), global_index_geometry(table),
+        attention_detail::sinusoid_value<T>{positions, d, position_stride, channel_stride, options.max_timescale});
     return table;
   }
 }

@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "typemesh/autodiff/tape.hpp"
+#include "typemesh/backend/random.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/shape_algebra.hpp"
 #include "typemesh/ops/random.hpp"
@@ -37,66 +38,41 @@ struct dropout_options {
 
 namespace dropout_detail {
 
-// Maps an element's row-major index in a tensor of shape S to its index with
-// the dims ordered by name, which does not depend on the order S lists them in.
+// Each dim's stride in the element index with the dims ordered by name,
+// which does not depend on the order the shape S lists them in.
 template <class S>
-class name_ordered_index {
- public:
-  explicit name_ordered_index(const S& s) {
-    constexpr std::size_t r = S::rank;
-    if constexpr (r > 0) {
-      std::array<std::string_view, r> names{};
-      [&]<class... Ds>(type_list<Ds...>) {
-        std::size_t i = 0;
-        ((names[i++] = Ds::name), ...);
-      }(dims_of<S>{});
-      std::array<std::size_t, r> by_name{};
-      std::iota(by_name.begin(), by_name.end(), std::size_t{0});
-      std::stable_sort(by_name.begin(), by_name.end(),
-                       [&](std::size_t a, std::size_t b) { return names[a] < names[b]; });
-      std::array<std::int64_t, r> name_stride{};
-      std::int64_t stride = 1;
-      for (std::size_t j = r; j-- > 0;) {
-        name_stride[by_name[j]] = stride;
-        stride *= s[by_name[j]];
-      }
-      stride = 1;
-      for (std::size_t i = r; i-- > 0;) {
-        size_[i] = s[i];
-        row_stride_[i] = stride;
-        name_stride_[i] = name_stride[i];
-        stride *= s[i];
-      }
-      identity_ = std::is_sorted(by_name.begin(), by_name.end());
+std::array<std::int64_t, S::rank> name_ordered_strides(const S& s) {
+  constexpr std::size_t r = S::rank;
+  std::array<std::int64_t, r> name_stride{};
+  if constexpr (r > 0) {
+    std::array<std::string_view, r> names{};
+    [&]<class... Ds>(type_list<Ds...>) {
+      std::size_t i = 0;
+      ((names[i++] = Ds::name), ...);
+    }(dims_of<S>{});
+    std::array<std::size_t, r> by_name{};
+    std::iota(by_name.begin(), by_name.end(), std::size_t{0});
+    std::stable_sort(by_name.begin(), by_name.end(),
+                     [&](std::size_t a, std::size_t b) { return names[a] < names[b]; });
+    std::int64_t stride = 1;
+    for (std::size_t j = r; j-- > 0;) {
+      name_stride[by_name[j]] = stride;
+      stride *= s[by_name[j]];
     }
   }
-
-  std::uint64_t operator()(std::uint64_t row_major) const {
-    if (identity_) return row_major;
-    const auto index = static_cast<std::int64_t>(row_major);
-    std::int64_t out = 0;
-    for (std::size_t i = 0; i < S::rank; ++i) out += index / row_stride_[i] % size_[i] * name_stride_[i];
-    return static_cast<std::uint64_t>(out);
-  }
-
- private:
-  std::array<std::int64_t, S::rank> size_{}, row_stride_{}, name_stride_{};
-  bool identity_ = true;
-};
+  return name_stride;
+}
 
 // The factor each local element is multiplied by: 0 where dropped,
 // 1 / (1 - rate) where kept, as a tensor placed like `like`.
 template <class Tensor>
 Tensor mask_like(const Tensor& like, double rate, const rng_key& key) {
   using T = typename Tensor::value_type;
-  Tensor mask(like.mesh(), like.shape());
-  const random_stream rng(key);
-  const name_ordered_index index(like.shape());
+  Tensor mask(like.mesh(), like.shape(), uninitialized);
   const T keep = static_cast<T>(1.0 / (1.0 - rate));
-  auto m = mask.local();
-  for_each_element(mask, [&](std::int64_t off, std::uint64_t i) {
-    m[off] = rng.uniform(index(i)) < rate ? T{0} : keep;
-  });
+  backend::dropout_mask_fill(mask.space(), mask.data(),
+                             global_index_geometry(mask, name_ordered_strides(like.shape())),
+                             random_stream(key).base(), rate, keep);
   return mask;
 }
 

@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "typemesh/autodiff/tape.hpp"
+#include "typemesh/backend/gather.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/ops/binary.hpp"
 #include "typemesh/ops/reduce.hpp"
@@ -80,14 +81,11 @@ std::string position_of(const Tensor& t, std::int64_t offset) {
 // an axis the ids are replicated on hold the same ids and fail together.
 template <class Tensor>
 void check_ids_in_range(const char* op, const Tensor& ids, std::int64_t classes, std::string_view dim_name) {
-  const auto v = ids.local();
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    const auto id = static_cast<std::int64_t>(v[i]);
-    if (id < 0 || id >= classes) {
-      throw shape_error(detail::cat(op, ": id ", id, " at position ", position_of(ids, static_cast<std::int64_t>(i)),
-                                    " of ids ", ids.shape().describe(), " is outside dim ", dim_name, " of size ",
-                                    classes, " (ids must be 0 to ", classes - 1, ")"));
-    }
+  const backend::id_at bad = backend::first_id_outside(ids.space(), ids.data(), ids.local_size(), classes);
+  if (bad.position < ids.local_size()) {
+    throw shape_error(detail::cat(op, ": id ", bad.id, " at position ", position_of(ids, bad.position), " of ids ",
+                                  ids.shape().describe(), " is outside dim ", dim_name, " of size ", classes,
+                                  " (ids must be 0 to ", classes - 1, ")"));
   }
 }
 
@@ -170,22 +168,15 @@ auto layers_detail::embedding_checked(const tensor<I, SI, LI, MI>& ids, const te
   std::array<std::int64_t, Out::rank> out_sizes{};
   for (std::size_t i = 0; i < SI::rank; ++i) out_sizes[i] = ids.shape()[i];
   for (std::size_t i = 1; i < Rows::rank; ++i) out_sizes[SI::rank + i - 1] = rows_shape[i];
-  out_t out(ids.mesh(), Out(out_sizes));
+  out_t out(ids.mesh(), Out(out_sizes), uninitialized);
 
   layers_detail::check_ids_in_range("embedding", ids, vocab, V::name);
   if (ids.holds_data()) {
     layers_detail::visit_in_dim_order(table, rows_shape, [&](const auto& rows) {
       const std::int64_t first = rows.template slice_begin<V>(), held = rows.template local_extent<V>();
-      const std::int64_t width = layers_detail::local_row_width(rows);
-      const auto id = ids.local();
-      const auto from = rows.local();
-      auto to = out.local();
-      // The masked gather: rows this device does not hold stay zero.
-      for (std::int64_t p = 0; p < static_cast<std::int64_t>(id.size()); ++p) {
-        const std::int64_t r = static_cast<std::int64_t>(id[p]) - first;
-        if (r < 0 || r >= held) continue;
-        for (std::int64_t e = 0; e < width; ++e) to[p * width + e] = from[r * width + e];
-      }
+      // The masked gather: rows this device does not hold are zeros.
+      backend::gather_rows(rows.space(), ids.data(), ids.local_size(), rows.data(), first, held,
+                           layers_detail::local_row_width(rows), out.data());
     });
     constexpr auto vocab_axes = ops_detail::summed_axes<ST, LT, Out, M>();
     if constexpr (ops_detail::any(vocab_axes)) {
@@ -210,15 +201,8 @@ auto layers_detail::embedding_checked(const tensor<I, SI, LI, MI>& ids, const te
                   rows_t g(dy.mesh(), rows_shape);
                   if (dy.holds_data()) {
                     const std::int64_t first = g.template slice_begin<V>(), held = g.template local_extent<V>();
-                    const auto id = idv.local();
-                    const std::int64_t width = layers_detail::local_row_width(g);
-                    const auto from = dy.local();
-                    auto to = g.local();
-                    for (std::int64_t p = 0; p < static_cast<std::int64_t>(id.size()); ++p) {
-                      const std::int64_t r = static_cast<std::int64_t>(id[p]) - first;
-                      if (r < 0 || r >= held) continue;
-                      for (std::int64_t e = 0; e < width; ++e) to[r * width + e] += from[p * width + e];
-                    }
+                    backend::scatter_add_rows(g.space(), idv.data(), idv.local_size(), dy.data(), first, held,
+                                              layers_detail::local_row_width(g), g.data());
                     constexpr auto ids_axes = ops_detail::summed_axes<SI, LI, ST, M>();
                     if constexpr (ops_detail::any(ids_axes)) {
                       this_device().allreduce(dy.mesh().group_along(dy.device(), ids_axes), g.local());

@@ -10,8 +10,11 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 
+#include "typemesh/backend/kernels.hpp"
+#include "typemesh/backend/random.hpp"
 #include "typemesh/ops/random.hpp"
 #include "typemesh/tensor/tensor.hpp"
 
@@ -42,25 +45,23 @@ template <class Layout, class T = float, class S, class M>
 tensor<T, S, Layout, M> variable(const M& m, std::string_view name, const S& s, init::any how = init::zeros{},
                                  std::uint64_t seed = 0) {
   tensor<T, S, Layout, M> t(m, s);
-  random_stream rng({seed, name, 0}, rng_use::initialisation);
-  auto v = t.local();
+  const std::uint64_t stream = random_stream({seed, name, 0}, rng_use::initialisation).base();
+  const auto where = global_index_geometry(t);
   std::visit(
       [&](const auto& h) {
         using H = std::decay_t<decltype(h)>;
-        for_each_element(t, [&](std::int64_t off, std::uint64_t i) {
-          if constexpr (std::is_same_v<H, init::zeros>) {
-            (void)i, v[off] = T{0};
-          } else if constexpr (std::is_same_v<H, init::constant>) {
-            (void)i, v[off] = static_cast<T>(h.value);
-          } else if constexpr (std::is_same_v<H, init::normal>) {
-            v[off] = static_cast<T>(h.mean + h.stddev * rng.normal(i));
-          } else if constexpr (std::is_same_v<H, init::uniform>) {
-            v[off] = static_cast<T>(h.low + (h.high - h.low) * rng.uniform(i));
-          } else {
-            const double limit = std::sqrt(6.0 / static_cast<double>(h.fan_in + h.fan_out));
-            v[off] = static_cast<T>(-limit + 2 * limit * rng.uniform(i));
-          }
-        });
+        if constexpr (std::is_same_v<H, init::zeros>) {
+          (void)h;  // the tensor starts zero-filled
+        } else if constexpr (std::is_same_v<H, init::constant>) {
+          backend::fill(t.space(), t.data(), t.local_size(), static_cast<T>(h.value));
+        } else if constexpr (std::is_same_v<H, init::normal>) {
+          backend::random_normal_fill(t.space(), t.data(), where, stream, h.mean, h.stddev);
+        } else if constexpr (std::is_same_v<H, init::uniform>) {
+          backend::random_uniform_fill(t.space(), t.data(), where, stream, h.low, h.high - h.low);
+        } else {
+          const double limit = std::sqrt(6.0 / static_cast<double>(h.fan_in + h.fan_out));
+          backend::random_uniform_fill(t.space(), t.data(), where, stream, -limit, 2 * limit);
+        }
       },
       how);
   t.requires_grad(std::string(name));
