@@ -9,7 +9,7 @@
 # the program's output with that block, character for character.
 include_guard(GLOBAL)
 
-set(_typemesh_doc_pages tour conversions ops layers first-program reference data)
+set(_typemesh_doc_pages tour conversions ops layers first-program reference data backend)
 if(TARGET typemesh::train)
   list(APPEND _typemesh_doc_pages train)
 endif()
