@@ -24,9 +24,10 @@
 
 namespace typemesh::backend {
 
-// Indices below this many per thread are not worth waking a helper for
-// (about 20 microseconds of elementwise work).
-inline constexpr std::int64_t default_grain = std::int64_t(1) << 15;
+// Indices below this many per thread are not worth waking a helper for:
+// about 40 microseconds of elementwise work, several times what a wake-up
+// costs on a busy machine (measured with the ops benchmark).
+inline constexpr std::int64_t default_grain = std::int64_t(1) << 16;
 
 // A grain for kernels whose index does `work` elements' worth of work (a
 // row of a softmax, a pixel of a convolution).
