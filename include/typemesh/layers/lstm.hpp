@@ -87,6 +87,8 @@
 
 #include "typemesh/autodiff/tape.hpp"
 #include "typemesh/backend/blas.hpp"
+#include "typemesh/backend/lstm.hpp"
+#include "typemesh/backend/storage.hpp"
 #include "typemesh/convert/replace_mesh.hpp"
 #include "typemesh/core/diagnostics.hpp"
 #include "typemesh/core/error.hpp"
@@ -339,7 +341,7 @@ tensor<T, Out, L, M> permuted_values(const tensor<T, S, L, M>& x) {
   tensor<T, Out, L, M> out(x.mesh(), shape_from<Out>(x.shape()), uninitialized);
   if (x.holds_data()) {
     using U = dims_of<Out>;
-    backend::broadcast(x.local().data(), ops_detail::local_dims_of<U>(x), out.local().data(),
+    backend::broadcast(x.data(), ops_detail::local_dims_of<U>(x), out.data(),
                        ops_detail::local_dims_of<U>(out));
   }
   return out;
@@ -394,15 +396,11 @@ H interleave(const H& x, const H& h) {
   auto sizes = x.shape().sizes();
   sizes[S::template index_of<K>] *= 2;
   H out(x.mesh(), S(sizes), uninitialized);
-  auto o = out.local();
-  auto a = x.local(), b = h.local();
-  for (std::size_t r = 0; r < a.size(); ++r) o[2 * r] = a[r], o[2 * r + 1] = b[r];
-  auto half = [s = x.shape()](std::size_t which) {
+  backend::lstm_interleave(x.space(), x.data(), h.data(), out.data(), x.local_size());
+  auto half = [s = x.shape()](std::int64_t which) {
     return [which, s](const H& dxh) {
       H g(dxh.mesh(), s, uninitialized);
-      auto gv = g.local();
-      auto d = dxh.local();
-      for (std::size_t r = 0; r < gv.size(); ++r) gv[r] = d[2 * r + which];
+      backend::lstm_take_part(g.space(), dxh.data(), which, g.data(), g.local_size());
       return g;
     };
   };
@@ -417,15 +415,11 @@ Out part_of(const State& s) {
   auto sizes = std::array<std::int64_t, S::rank>{};
   for (std::size_t i = 0; i < S::rank; ++i) sizes[i] = s.shape()[i];  // [..., n, part] -> [..., n]
   Out out(s.mesh(), S(sizes), uninitialized);
-  auto o = out.local();
-  auto v = s.local();
-  for (std::size_t r = 0; r < o.size(); ++r) o[r] = v[2 * r + P];
+  backend::lstm_take_part(s.space(), s.data(), std::int64_t{P}, out.data(), out.local_size());
   return record(std::move(out), P == 0 ? "lstm hidden state" : "lstm cell state",
                 gradient_of(s, [ss = s.shape()](const Out& dy) {
-                  State g(dy.mesh(), ss);
-                  auto gv = g.local();
-                  auto d = dy.local();
-                  for (std::size_t r = 0; r < d.size(); ++r) gv[2 * r + P] = d[r];
+                  State g(dy.mesh(), ss, uninitialized);  // both halves of every pair are written
+                  backend::lstm_put_part(g.space(), dy.data(), std::int64_t{P}, g.data(), dy.local_size());
                   return g;
                 }));
 }
@@ -441,37 +435,13 @@ typename State::shape_type state_shape(const C& c) {
 
 // --- The fused cell ------------------------------------------------------------------
 
-template <class T>
-T sigmoid(T v) {
-  return T{1} / (T{1} + std::exp(-v));
-}
-
 // What a step keeps for its gradient, per local (row, unit): the four gate
 // activations i, f, g, o, and c (before) and tanh(c') (after).
-template <class T>
+template <class T, class Space>
 struct step_memory {
-  backend::storage<T> gates;  // [r, u, 4]
-  backend::storage<T> cells;  // [r, u, 2]: c, tanh(c')
+  backend::storage<T, Space> gates;  // [r, u, 4]
+  backend::storage<T, Space> cells;  // [r, u, 2]: c, tanh(c')
 };
-
-// d(pre-activations) [r, u, 4] and d(c) [r, u] from d(h', c') [r, u, 2].
-template <class T>
-void gate_gradients(const step_memory<T>& mem, std::span<const T> dstate, T* dz, T* dc_prev) {
-  const auto gates = backend::view(mem.gates), cells = backend::view(mem.cells);
-  for (std::size_t r = 0; r < dstate.size() / 2; ++r) {
-    const T* q = gates.data() + 4 * r;
-    const T i = q[0], f = q[1], g = q[2], o = q[3];
-    const T c = cells[2 * r], tc = cells[2 * r + 1];
-    const T dh = dstate[2 * r];
-    const T dc = dstate[2 * r + 1] + dh * o * (T{1} - tc * tc);
-    T* z = dz + 4 * r;
-    z[0] = dc * g * i * (T{1} - i);
-    z[1] = dc * c * f * (T{1} - f);
-    z[2] = dc * i * (T{1} - g * g);
-    z[3] = dh * tc * o * (T{1} - o);
-    if (dc_prev) dc_prev[r] = dc * f;
-  }
-}
 
 // The weight's gradient over the batch: which axes split the batch, learnt
 // from the first step that uses the weight.
@@ -487,42 +457,33 @@ struct batch_sum {
 template <class KA, class NA, class State, class XH, class C, class W>
 State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
   using T = typename State::value_type;
+  using Space = typename State::space_type;
   State out(c.mesh(), state_shape<State>(c), uninitialized);
-  auto mem = std::make_shared<step_memory<T>>();
+  auto mem = std::make_shared<step_memory<T, Space>>();
   const auto xe = xh.local_extent();
   const std::int64_t kl = xe[XH::rank - 1];
-  const std::int64_t rows = kl == 0 ? 0 : static_cast<std::int64_t>(xh.local().size()) / kl;
+  const std::int64_t rows = kl == 0 ? 0 : xh.local_size() / kl;
   const std::int64_t units = c.local_extent()[C::rank - 1], nl = 4 * units;
   if (xh.holds_data()) {
     // z = xh . w: partial sums over this device's k, then over all of k.
     mem->gates.resize(static_cast<std::size_t>(rows * nl));
     T* z = backend::view(mem->gates).data();
     backend::share_blas_threads();
-    backend::gemm(host_space{}, false, false, rows, nl, kl, T{1}, xh.local().data(), kl, w->local().data(), nl, T{0}, z, nl);
+    backend::gemm(Space{}, false, false, rows, nl, kl, T{1}, xh.data(), kl, w->data(), nl, T{0}, z, nl);
     if constexpr (!std::is_void_v<KA>) {
       group g = xh.mesh().template group_along<KA>(xh.device());
       if (g.size() > 1) this_device().allreduce(g, std::span<T>(z, mem->gates.size()));
     }
     // The four gates of each unit sit together, on this device.
     mem->cells.resize(static_cast<std::size_t>(rows * units * 2));
-    auto cells = backend::view(mem->cells);
-    auto o = out.local();
-    auto p = c.local();
-    for (std::int64_t r = 0; r < rows * units; ++r) {
-      T* q = z + 4 * r;
-      const T i = sigmoid(q[0]), f = sigmoid(q[1]), g = std::tanh(q[2]), og = sigmoid(q[3]);
-      const T c_old = p[r];
-      const T c_new = f * c_old + i * g, tc = std::tanh(c_new);
-      q[0] = i, q[1] = f, q[2] = g, q[3] = og;
-      cells[2 * r] = c_old, cells[2 * r + 1] = tc;
-      o[2 * r] = og * tc, o[2 * r + 1] = c_new;
-    }
+    backend::lstm_cell_forward(Space{}, z, c.data(), backend::view(mem->cells).data(), out.data(), rows * units);
   }
   // Each gradient recomputes d(pre-activations) from d(h', c'): a few
   // operations per element, against a GEMM each.
   auto dz_of = [mem](const State& dy, T* dc_prev) {
-    backend::storage<T> dz(mem->gates.size());
-    gate_gradients<T>(*mem, dy.local(), backend::view(dz).data(), dc_prev);
+    backend::storage<T, Space> dz(mem->gates.size());
+    backend::lstm_gate_gradients(Space{}, backend::view(mem->gates).data(), backend::view(mem->cells).data(),
+                                 dy.data(), backend::view(dz).data(), dc_prev, dy.local_size() / 2);
     return dz;
   };
   // d(xh) = dz . w^T: partial sums over this device's n, then over all of n.
@@ -531,8 +492,8 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
     if (dy.holds_data()) {
       const auto dz = dz_of(dy, nullptr);
       backend::share_blas_threads();
-      backend::gemm(host_space{}, false, true, rows, kl, nl, T{1}, backend::view(dz).data(), nl, w->local().data(), nl, T{0},
-                       dxh.local().data(), kl);
+      backend::gemm(Space{}, false, true, rows, kl, nl, T{1}, backend::view(dz).data(), nl, w->data(), nl, T{0},
+                    dxh.data(), kl);
       allreduce_along<NA>(dxh);
     }
     return dxh;
@@ -540,7 +501,7 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
   // d(c) = dc * f.
   auto grad_c = [dz_of, cs = c.shape()](const State& dy) {
     C g(dy.mesh(), cs, uninitialized);
-    if (dy.holds_data()) dz_of(dy, g.local().data());
+    if (dy.holds_data()) dz_of(dy, g.data());
     return g;
   };
   // d(w) = xh^T . dz over this device's part of the batch only: the
@@ -552,8 +513,8 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
     if (dy.holds_data()) {
       const auto dz = dz_of(dy, nullptr);
       backend::share_blas_threads();
-      backend::gemm(host_space{}, true, false, kl, nl, rows, T{1}, xv->local().data(), kl, backend::view(dz).data(), nl, T{0},
-                       g.local().data(), nl);
+      backend::gemm(Space{}, true, false, kl, nl, rows, T{1}, xv->data(), kl, backend::view(dz).data(), nl, T{0},
+                    g.data(), nl);
     }
     return g;
   };
@@ -679,17 +640,15 @@ auto time_step(const tensor<T, S, L, M>& x, std::int64_t t) {
     Y out(x.mesh(), shape_from<shape_without<S, Time>>(x.shape()), uninitialized);
     const auto e = lstm_detail::around<Time, S>(x.local_extent());
     if (x.holds_data()) {
-      backend::copy_box(x.space(), x.data(), backend::region<3>{e, {0, t, 0}}, out.local().data(),
+      backend::copy_box(x.space(), x.data(), backend::region<3>{e, {0, t, 0}}, out.data(),
                         backend::region<3>{{e[0], 1, e[2]}, {}}, {e[0], 1, e[2]});
     }
     if (!autodiff::recording() || !x.tracked()) return out;
     auto n = autodiff::make_node("lstm time step");
     lstm_detail::add_in_place_edge<Y>(*n, x, [t](const Y& dy, auto& dx) {
       const auto e = lstm_detail::around<Time, S>(dx.local_extent());
-      auto g = dx.local();
-      auto d = dy.local();
-      for (std::int64_t o = 0; o < e[0]; ++o)
-        for (std::int64_t i = 0; i < e[2]; ++i) g[(o * e[1] + t) * e[2] + i] += d[o * e[2] + i];
+      backend::lstm_add_step_into_sequence(dx.space(), dy.data(), dx.data(), backend::lstm_sequence{e[0], e[1], e[2]},
+                                           t);
     });
     out.set_node(std::move(n));
     return out;
@@ -728,7 +687,7 @@ auto stack_steps(const std::vector<tensor<T, SH, L, M>>& steps) {
     const auto e = lstm_detail::around<Time, Shape>(out.local_extent());
     if (out.holds_data()) {
       for (std::size_t t = 0; t < steps.size(); ++t) {
-        backend::copy_box(out.space(), steps[t].data(), backend::region<3>{{e[0], 1, e[2]}, {}}, out.local().data(),
+        backend::copy_box(out.space(), steps[t].data(), backend::region<3>{{e[0], 1, e[2]}, {}}, out.data(),
                           backend::region<3>{e, {0, static_cast<std::int64_t>(t), 0}}, {e[0], 1, e[2]});
       }
     }
@@ -739,10 +698,8 @@ auto stack_steps(const std::vector<tensor<T, SH, L, M>>& steps) {
     for (std::size_t t = 0; t < steps.size(); ++t) {
       lstm_detail::add_in_place_edge<Y>(*n, steps[t], [t = static_cast<std::int64_t>(t)](const Y& dy, auto& dh) {
         const auto e = lstm_detail::around<Time, Shape>(dy.local_extent());
-        auto g = dh.local();
-        auto d = dy.local();
-        for (std::int64_t o = 0; o < e[0]; ++o)
-          for (std::int64_t i = 0; i < e[2]; ++i) g[o * e[2] + i] += d[(o * e[1] + t) * e[2] + i];
+        backend::lstm_add_sequence_into_step(dh.space(), dy.data(), dh.data(),
+                                             backend::lstm_sequence{e[0], e[1], e[2]}, t);
       });
     }
     out.set_node(std::move(n));

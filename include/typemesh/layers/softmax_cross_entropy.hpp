@@ -18,16 +18,15 @@
 // the one device along A that holds it and allreduced with the sum.
 #pragma once
 
-#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <span>
 #include <type_traits>
-#include <vector>
 
 #include "typemesh/autodiff/tape.hpp"
+#include "typemesh/backend/softmax_cross_entropy.hpp"
+#include "typemesh/backend/storage.hpp"
 #include "typemesh/layers/embedding.hpp"  // the class-id checks and dim-order helpers
 #include "typemesh/ops/binary.hpp"
 #include "typemesh/ops/reduce.hpp"
@@ -99,38 +98,23 @@ auto layers_detail::softmax_cross_entropy_checked(const tensor<T, SL, LL, ML>& l
 
   auto forward = [&](const auto& rows) {
     if (!rows.holds_data()) return;
-    const std::int64_t first = rows.template slice_begin<V>(), held = rows.template local_extent<V>();
-    const auto x = rows.local();
-    const auto y = label.local();
-    const auto n = static_cast<std::int64_t>(loss.local().size());
+    const auto space = rows.space();
+    const backend::softmax_rows geometry{loss.local_size(), rows.template local_extent<V>(),
+                                         rows.template slice_begin<V>()};
     constexpr auto vocab_axes = ops_detail::summed_axes<SL, LL, Out, M>();
-    auto top = lse.local();  // holds the maximum until the end
-    for (std::int64_t r = 0; r < n; ++r) {
-      T m = std::numeric_limits<T>::lowest();
-      for (std::int64_t v = 0; v < held; ++v) m = x[r * held + v] < m ? m : x[r * held + v];
-      top[r] = m;
-    }
+    // lse holds the maximum until the end.
+    backend::softmax_row_max(space, rows.data(), lse.data(), geometry, std::numeric_limits<T>::lowest());
     if constexpr (ops_detail::any(vocab_axes)) {
-      this_device().allreduce(rows.mesh().group_along(rows.device(), vocab_axes), top, reduce_op::max);
+      this_device().allreduce(rows.mesh().group_along(rows.device(), vocab_axes), lse.local(), reduce_op::max);
     }
     // [sum_v exp(x - max) | the label's x - max, or 0 where another device holds it]
-    std::vector<T> sums(2 * static_cast<std::size_t>(n), T{0});
-    for (std::int64_t r = 0; r < n; ++r) {
-      T s{0};
-      for (std::int64_t v = 0; v < held; ++v) s += std::exp(x[r * held + v] - top[r]);
-      sums[r] = s;
-      const std::int64_t c = static_cast<std::int64_t>(y[r]) - first;
-      if (c >= 0 && c < held) sums[n + r] = x[r * held + c] - top[r];
-    }
+    backend::storage<T, space_of<M>> sums(2 * static_cast<std::size_t>(geometry.rows));
+    backend::softmax_shifted_sums(space, rows.data(), label.data(), lse.data(), backend::view(sums).data(),
+                                  geometry);
     if constexpr (ops_detail::any(vocab_axes)) {
-      this_device().allreduce(rows.mesh().group_along(rows.device(), vocab_axes), std::span<T>(sums));
+      this_device().allreduce(rows.mesh().group_along(rows.device(), vocab_axes), backend::view(sums));
     }
-    auto out = loss.local();
-    for (std::int64_t r = 0; r < n; ++r) {
-      const T log_sum = std::log(sums[r]);
-      out[r] = log_sum - sums[n + r];
-      top[r] += log_sum;
-    }
+    backend::softmax_loss_from_sums(space, backend::view(sums).data(), loss.data(), lse.data(), geometry.rows);
   };
 
   if (!autodiff::recording() || !logits.tracked()) {
@@ -148,21 +132,12 @@ auto layers_detail::softmax_cross_entropy_checked(const tensor<T, SL, LL, ML>& l
   return record(std::move(loss), "softmax_cross_entropy",
                 gradient_of(logits, [rows = std::move(rows), label, lse, rows_shape,
                                      logits_shape = logits.shape()](const out_t& dy) {
-                  rows_t g(dy.mesh(), rows_shape);
+                  rows_t g(dy.mesh(), rows_shape, uninitialized);  // the kernel writes every element
                   if (dy.holds_data()) {
-                    const std::int64_t first = g.template slice_begin<V>(), held = g.template local_extent<V>();
-                    const auto x = rows.local();
-                    const auto y = label.local();
-                    const auto z = lse.local();
-                    const auto d = dy.local();
-                    auto out = g.local();
-                    for (std::int64_t r = 0; r < static_cast<std::int64_t>(d.size()); ++r) {
-                      const std::int64_t c = static_cast<std::int64_t>(y[r]) - first;
-                      for (std::int64_t v = 0; v < held; ++v) {
-                        const T p = std::exp(x[r * held + v] - z[r]);
-                        out[r * held + v] = d[r] * (v == c ? p - T{1} : p);
-                      }
-                    }
+                    backend::softmax_cross_entropy_gradient(
+                        dy.space(), rows.data(), label.data(), lse.data(), dy.data(), g.data(),
+                        backend::softmax_rows{dy.local_size(), g.template local_extent<V>(),
+                                              g.template slice_begin<V>()});
                   }
                   return layers_detail::in_dim_order(std::move(g), logits_shape);
                 }));
