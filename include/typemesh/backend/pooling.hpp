@@ -1,10 +1,8 @@
 // Pooling's local kernels, per space, on row-major arrays [images, height,
 // width, channels]: max pooling (keeping each maximum's offset), average
-// pooling over the window's elements inside the image, and their gradients.
-// Forward kernels run one index per output pixel, gradients one per input
-// pixel gathering from the windows that hold it, in window order, so every
-// sum runs in the order of a sequential scatter over the outputs and the
-// results do not depend on the thread count. Nothing here communicates.
+// pooling, and their gradients. Each index owns what it writes and adds in
+// the order of a sequential loop over the outputs, so the results do not
+// depend on the thread count. Nothing here communicates.
 #pragma once
 
 #include <cstdint>
@@ -52,26 +50,44 @@ void max_pool_forward(Space s, const T* x, T* y, std::int64_t* argmax, const poo
       grain_for(g.window_elements() * g.channels));
 }
 
-// dx[argmax[i]] += dy[i] over the outputs i, as a gather: each input element
-// adds the gradients of the outputs that chose it, in output order.
+// Channels one index of max_pool_grad takes, where windows overlap: a run
+// of consecutive elements long enough to use whole cache lines.
+inline constexpr std::int64_t max_pool_grad_block = 32;
+
+// dx[argmax[i]] += dy[i] over the outputs i. Where windows do not overlap
+// (stride at least the window, both ways), each output owns its window's
+// elements and adds into them itself. Else one index per image and block of
+// channels adds those channels of that image's outputs in output order: an
+// output reaches only elements of its own image and channels, and each
+// element gets its gradients in a sequential loop's order. (A gather per
+// input element gives the same bits, but compares every element with the
+// choice of each window that holds it: several times the work.)
 template <class Space, class T>
 void max_pool_grad(Space s, const T* dy, const std::int64_t* argmax, T* dx, const pool_geometry& g) {
+  const std::int64_t pix = g.h.out * g.w.out;
+  if (g.images == 0 || g.channels == 0 || pix == 0) return;
+  if (g.h.stride >= g.h.size && g.w.stride >= g.w.size) {
+    parallel_for(
+        s, g.images * pix,
+        [=] TYPEMESH_KERNEL(std::int64_t o) {
+          const std::int64_t c = g.channels, out = o * c;
+          for (std::int64_t k = 0; k < c; ++k) dx[argmax[out + k]] += dy[out + k];
+        },
+        grain_for(g.channels));
+    return;
+  }
+  const std::int64_t block = max_pool_grad_block < g.channels ? max_pool_grad_block : g.channels;
+  const std::int64_t blocks = (g.channels + block - 1) / block;
   parallel_for(
-      s, g.images * g.h.in * g.w.in,
+      s, g.images * blocks,
       [=] TYPEMESH_KERNEL(std::int64_t q) {
-        const std::int64_t c = g.channels, pixels_in = g.h.in * g.w.in;
-        const std::int64_t b = q / pixels_in, ih = (q % pixels_in) / g.w.in, iw = q % g.w.in, in = q * c;
-        const std::int64_t oh1 = g.h.last_out(ih), ow0 = g.w.first_out(iw), ow1 = g.w.last_out(iw);
-        for (std::int64_t oh = g.h.first_out(ih); oh < oh1; ++oh) {
-          for (std::int64_t ow = ow0; ow < ow1; ++ow) {
-            const std::int64_t out = ((b * g.h.out + oh) * g.w.out + ow) * c;
-            for (std::int64_t k = 0; k < c; ++k) {
-              if (argmax[out + k] == in + k) dx[in + k] += dy[out + k];
-            }
-          }
+        const std::int64_t c = g.channels, b = q / blocks, k0 = q % blocks * block;
+        const std::int64_t k1 = k0 + block < c ? k0 + block : c;
+        for (std::int64_t o = b * pix * c, end = (b + 1) * pix * c; o < end; o += c) {
+          for (std::int64_t k = o + k0; k < o + k1; ++k) dx[argmax[k]] += dy[k];
         }
       },
-      grain_for(g.window_elements() * g.channels));
+      grain_for(pix * block));
 }
 
 // y += the window means over the elements inside the image (y starts at

@@ -52,7 +52,9 @@
 // locally into that order (and the results back); one that already is in it
 // is used in place. No transpose communicates: every dim keeps its axis.
 // Backward: the image's gradient is a GEMM then col2im, the filter's a GEMM
-// over the recomputed columns.
+// over the recomputed columns. col2im runs one index per image pixel, which
+// gathers its taps in the order a sequential scatter over the columns would
+// add them, so it gives that loop's bits on any number of threads.
 //
 // This file also holds what pooling (layers/pooling.hpp) shares with
 // convolution: padding, strides, the window arithmetic, the local

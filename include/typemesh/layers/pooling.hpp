@@ -33,11 +33,13 @@
 // height in the image's order are the outer ones, the rest the inner ones
 // (NHWC: batch outer, channels inner; NCHW: batch and channels outer). It is
 // used in place when the width follows the height directly, and transposed
-// locally (and the results back) when not. The gradients gather: each input
-// element adds the share of every window that holds it (for max pooling,
-// of the windows that chose it) in window order, which is the order a
-// sequential scatter over the outputs adds them in, so the parallel kernels
-// give the same bits as a sequential loop.
+// locally (and the results back) when not. The forward kernels run one
+// index per output pixel. The average's gradient runs one per input pixel,
+// gathering from the windows that hold it; the maximum's runs one per output
+// pixel where windows do not overlap, else one per image and block of
+// channels (a gather would compare every element with each window's choice).
+// Either way each element's sum runs in the order of a sequential loop over
+// the outputs, so the results are that loop's bits on any number of threads.
 #pragma once
 
 #include <cstddef>
