@@ -43,16 +43,18 @@
 // image's and the filter's) must be whole: splitting them would need halo
 // exchanges, which typemesh does not do.
 //
-// The local kernel is im2col + one GEMM per chunk of images (BLAS, through
-// backend::gemm); a 1x1 convolution with stride 1 skips im2col. It reads
-// this device's slices in the order [batch-like..., height, width,
+// The local kernel (backend/conv.hpp, in the mesh's space) is im2col + one
+// GEMM per chunk of images; a 1x1 convolution with stride 1 skips im2col. It
+// reads this device's slices in the order [batch-like..., height, width,
 // in-channels] (NHWC) and [filter height, filter width, in-channels,
 // out-channels] (HWIO) and writes [batch-like..., height, width,
 // out-channels]. A tensor whose dims come in another order is transposed
 // locally into that order (and the results back); one that already is in it
 // is used in place. No transpose communicates: every dim keeps its axis.
 // Backward: the image's gradient is a GEMM then col2im, the filter's a GEMM
-// over the recomputed columns.
+// over the recomputed columns. col2im runs one index per image pixel, which
+// gathers its taps in the order a sequential scatter over the columns would
+// add them, so it gives that loop's bits on any number of threads.
 //
 // This file also holds what pooling (layers/pooling.hpp) shares with
 // convolution: padding, strides, the window arithmetic, the local
@@ -69,7 +71,7 @@
 
 #include "typemesh/autodiff/tape.hpp"
 #include "typemesh/backend/blas.hpp"
-#include "typemesh/backend/storage.hpp"
+#include "typemesh/backend/conv.hpp"
 #include "typemesh/core/diagnostics.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/shape_algebra.hpp"
@@ -345,22 +347,8 @@ std::int64_t local_product(const Tensor& t) {
 
 // --- Window arithmetic ---------------------------------------------------------
 
-// One spatial axis of a sliding window: the input's size, the window's size
-// and stride, and what they give: the output's size and the padding before
-// the first element.
-struct window_axis {
-  std::int64_t in = 0;
-  std::int64_t size = 1;
-  std::int64_t stride = 1;
-  std::int64_t out = 0;
-  std::int64_t pad_before = 0;
-
-  // Where output position o's window starts along the input (may be < 0).
-  std::int64_t start(std::int64_t o) const { return o * stride - pad_before; }
-  // The input positions of o's window that lie inside the input: [first, last).
-  std::int64_t first(std::int64_t o) const { return std::max<std::int64_t>(start(o), 0); }
-  std::int64_t last(std::int64_t o) const { return std::min(start(o) + size, in); }
-};
+// One spatial axis of a sliding window (its arithmetic is the kernels').
+using window_axis = backend::window_axis;
 
 // TensorFlow's output size and padding for one axis. `in_dim` names the
 // image's dim, `window_side` says what slides ("filter dim fh of size 3"),
@@ -389,138 +377,9 @@ inline window_axis slide(std::string_view op, std::string_view in_dim, std::int6
   return a;
 }
 
-// --- Local kernels (no communication; T only, so compiled once per type) -------
-
-// This device's part of a convolution: `images` local images of
-// height h.in x width w.in with `channels` local in-channels, and
-// `out_channels` local out-channels. Arrays are row-major: image
-// [images, h.in, w.in, channels], filter [h.size, w.size, channels,
-// out_channels], output [images, h.out, w.out, out_channels].
-struct conv_geometry {
-  std::int64_t images = 0;
-  std::int64_t channels = 0;
-  std::int64_t out_channels = 0;
-  window_axis h, w;
-
-  // Columns of the im2col matrix: one patch, ordered (filter row, filter
-  // column, channel) like the filter's rows.
-  std::int64_t patch() const { return h.size * w.size * channels; }
-  std::int64_t out_pixels() const { return h.out * w.out; }
-  // A 1x1 filter with stride 1 and no padding: the image is its own im2col.
-  bool pointwise() const {
-    return h.size == 1 && w.size == 1 && h.stride == 1 && w.stride == 1 && h.pad_before == 0 && w.pad_before == 0;
-  }
-  bool empty() const { return images == 0 || out_pixels() == 0 || out_channels == 0 || patch() == 0; }
-};
-
-// im2col buffers hold at most this many elements (or one image's columns,
-// if more): a chunk of images at a time, so memory stays bounded for large
-// batches while each GEMM stays large.
-inline constexpr std::int64_t max_column_elements = std::int64_t{1} << 22;
-
-inline std::int64_t images_per_chunk(const conv_geometry& g) {
-  const std::int64_t per_image = std::max<std::int64_t>(1, g.out_pixels() * g.patch());
-  return std::clamp<std::int64_t>(max_column_elements / per_image, 1, g.images);
-}
-
-// Visits every (output pixel, filter tap) of images [first, first + count):
-// f(column_offset, image_offset_or_minus_1), the offsets of `channels`
-// consecutive elements; -1 where the tap falls in the padding.
-template <class F>
-void for_each_tap(const conv_geometry& g, std::int64_t first, std::int64_t count, F&& f) {
-  const std::int64_t c = g.channels;
-  std::int64_t col = 0;
-  for (std::int64_t b = first; b < first + count; ++b) {
-    for (std::int64_t oh = 0; oh < g.h.out; ++oh) {
-      for (std::int64_t ow = 0; ow < g.w.out; ++ow) {
-        for (std::int64_t i = 0; i < g.h.size; ++i) {
-          const std::int64_t ih = g.h.start(oh) + i;
-          for (std::int64_t j = 0; j < g.w.size; ++j, col += c) {
-            const std::int64_t iw = g.w.start(ow) + j;
-            const bool inside = ih >= 0 && ih < g.h.in && iw >= 0 && iw < g.w.in;
-            f(col, inside ? ((b * g.h.in + ih) * g.w.in + iw) * c : std::int64_t{-1});
-          }
-        }
-      }
-    }
-  }
-}
-
-// The columns of images [first, first + count): zeros where a tap is padding.
-template <class T>
-void im2col(const T* image, const conv_geometry& g, std::int64_t first, std::int64_t count, T* columns) {
-  const std::int64_t c = g.channels;
-  for_each_tap(g, first, count, [&](std::int64_t col, std::int64_t at) {
-    if (at < 0) std::fill_n(columns + col, c, T{0});
-    else std::copy_n(image + at, c, columns + col);
-  });
-}
-
-// The reverse: adds each column entry to the image element it came from.
-template <class T>
-void col2im(const T* columns, const conv_geometry& g, std::int64_t first, std::int64_t count, T* image) {
-  const std::int64_t c = g.channels;
-  for_each_tap(g, first, count, [&](std::int64_t col, std::int64_t at) {
-    if (at < 0) return;
-    for (std::int64_t k = 0; k < c; ++k) image[at + k] += columns[col + k];
-  });
-}
-
-// output = columns(image) . filter, a chunk of images at a time.
-template <class T>
-void conv_forward(const T* image, const T* filter, T* out, const conv_geometry& g) {
-  if (g.empty()) return;  // the output is already zero
-  const std::int64_t p = g.patch(), k = g.out_channels, pix = g.out_pixels();
-  if (g.pointwise()) {
-    backend::gemm(host_space{}, false, false, g.images * pix, k, p, T{1}, image, p, filter, k, T{0}, out, k);
-    return;
-  }
-  const std::int64_t chunk = images_per_chunk(g);
-  backend::scratch<T> columns(static_cast<std::size_t>(chunk * pix * p));
-  for (std::int64_t first = 0; first < g.images; first += chunk) {
-    const std::int64_t n = std::min(chunk, g.images - first);
-    im2col(image, g, first, n, columns.data());
-    backend::gemm(host_space{}, false, false, n * pix, k, p, T{1}, columns.data(), p, filter, k, T{0}, out + first * pix * k, k);
-  }
-}
-
-// d image += col2im(d out . filter^T). `d_image` starts at zero.
-template <class T>
-void conv_image_grad(const T* d_out, const T* filter, T* d_image, const conv_geometry& g) {
-  if (g.empty()) return;
-  const std::int64_t p = g.patch(), k = g.out_channels, pix = g.out_pixels();
-  if (g.pointwise()) {
-    backend::gemm(host_space{}, false, true, g.images * pix, p, k, T{1}, d_out, k, filter, k, T{0}, d_image, p);
-    return;
-  }
-  const std::int64_t chunk = images_per_chunk(g);
-  backend::scratch<T> d_columns(static_cast<std::size_t>(chunk * pix * p));
-  for (std::int64_t first = 0; first < g.images; first += chunk) {
-    const std::int64_t n = std::min(chunk, g.images - first);
-    backend::gemm(host_space{}, false, true, n * pix, p, k, T{1}, d_out + first * pix * k, k, filter, k, T{0}, d_columns.data(),
-                  p);
-    col2im(d_columns.data(), g, first, n, d_image);
-  }
-}
-
-// d filter = columns(image)^T . d out, summed over this device's images.
-template <class T>
-void conv_filter_grad(const T* image, const T* d_out, T* d_filter, const conv_geometry& g) {
-  if (g.empty()) return;
-  const std::int64_t p = g.patch(), k = g.out_channels, pix = g.out_pixels();
-  if (g.pointwise()) {
-    backend::gemm(host_space{}, true, false, p, k, g.images * pix, T{1}, image, p, d_out, k, T{0}, d_filter, k);
-    return;
-  }
-  const std::int64_t chunk = images_per_chunk(g);
-  backend::scratch<T> columns(static_cast<std::size_t>(chunk * pix * p));
-  for (std::int64_t first = 0; first < g.images; first += chunk) {
-    const std::int64_t n = std::min(chunk, g.images - first);
-    im2col(image, g, first, n, columns.data());
-    backend::gemm(host_space{}, true, false, p, k, n * pix, T{1}, columns.data(), p, d_out + first * pix * k, k,
-                  first == 0 ? T{0} : T{1}, d_filter, k);
-  }
-}
+// This device's part of a convolution (backend/conv.hpp): the local images,
+// in-channels and out-channels, and the two window axes.
+using conv_geometry = backend::conv_geometry;
 
 // Allreduces t's local part over the axes marked (nothing when none is, or
 // on a device outside the mesh).
@@ -580,7 +439,7 @@ auto conv2d(const tensor<T, SX, LX, MX>& x, const tensor<T, SF, LF, MF>& filter,
     auto&& xn = conv_detail::in_order<XN>(x);
     auto&& fn = conv_detail::in_order<FN>(filter);
     out_t out = conv_detail::filled_in_order<out_t, ON>(x.mesh(), out_shape, [&](auto& y) {
-      if (y.holds_data()) conv_detail::conv_forward(xn.local().data(), fn.local().data(), y.local().data(), g);
+      if (y.holds_data()) backend::conv_forward(y.space(), xn.data(), fn.data(), y.data(), g);
     });
     // The in-channels are summed: where they are split, the devices along their axis hold partial sums.
     constexpr auto summed =
@@ -597,7 +456,7 @@ auto conv2d(const tensor<T, SX, LX, MX>& x, const tensor<T, SF, LF, MF>& filter,
                       auto&& dyn = conv_detail::in_order<ON>(dy);
                       x_t dx = conv_detail::filled_in_order<x_t, XN>(dy.mesh(), xs, [&](auto& d) {
                         if (d.holds_data()) {
-                          conv_detail::conv_image_grad(dyn.local().data(), fv.local().data(), d.local().data(), g);
+                          backend::conv_image_grad(d.space(), dyn.data(), fv.data(), d.data(), g);
                         }
                       });
                       // The out-channels (and the filter's taps) are summed away here.
@@ -610,7 +469,7 @@ auto conv2d(const tensor<T, SX, LX, MX>& x, const tensor<T, SF, LF, MF>& filter,
           auto&& dyn = conv_detail::in_order<ON>(dy);
           f_t df = conv_detail::filled_in_order<f_t, FN>(dy.mesh(), fs, [&](auto& d) {
             if (d.holds_data()) {
-              conv_detail::conv_filter_grad(xv.local().data(), dyn.local().data(), d.local().data(), g);
+              backend::conv_filter_grad(d.space(), xv.data(), dyn.data(), d.data(), g);
             }
           });
           // The batch-like dims (and the output pixels) are summed away here.

@@ -28,19 +28,28 @@
 // The other dims may be split over mesh axes; nothing is summed across
 // devices, so pooling never communicates. Height and width must be whole.
 //
-// The local kernel reads this device's slice as [outer..., height, width,
-// inner...]: the dims before the height in the image's order are the outer
-// ones, the rest the inner ones (NHWC: batch outer, channels inner; NCHW:
-// batch and channels outer). It is used in place when the width follows the
-// height directly, and transposed locally (and the results back) when not.
+// The local kernels (backend/pooling.hpp, in the mesh's space) read this
+// device's slice as [outer..., height, width, inner...]: the dims before the
+// height in the image's order are the outer ones, the rest the inner ones
+// (NHWC: batch outer, channels inner; NCHW: batch and channels outer). It is
+// used in place when the width follows the height directly, and transposed
+// locally (and the results back) when not. The forward kernels run one
+// index per output pixel. The average's gradient runs one per input pixel,
+// gathering from the windows that hold it; the maximum's runs one per output
+// pixel where windows do not overlap, else one per image and block of
+// channels (a gather would compare every element with each window's choice).
+// Either way each element's sum runs in the order of a sequential loop over
+// the outputs, so the results are that loop's bits on any number of threads.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <type_traits>
-#include <vector>
 
+#include "typemesh/backend/pooling.hpp"
+#include "typemesh/backend/storage.hpp"
 #include "typemesh/layers/conv2d.hpp"
 
 namespace typemesh {
@@ -64,82 +73,9 @@ using avg_pool2d_options = pool2d_options;
 
 namespace pool_detail {
 
-// This device's part of a pooling: `images` local images of h.in x w.in with
-// `channels` local channels; arrays row-major [images, h, w, channels].
-struct pool_geometry {
-  std::int64_t images = 0;
-  std::int64_t channels = 0;
-  conv_detail::window_axis h, w;
-};
-
-// Calls f(out_offset, count) for each output pixel, and for each of its
-// window's elements inside the image g(out_offset, in_offset); offsets are
-// of `channels` consecutive elements. `count` is how many elements the
-// window holds inside the image.
-template <class PerPixel, class PerElement>
-void for_each_window(const pool_geometry& g, PerPixel&& pixel, PerElement&& element) {
-  const std::int64_t c = g.channels;
-  std::int64_t out = 0;
-  for (std::int64_t b = 0; b < g.images; ++b) {
-    for (std::int64_t oh = 0; oh < g.h.out; ++oh) {
-      for (std::int64_t ow = 0; ow < g.w.out; ++ow, out += c) {
-        const std::int64_t h0 = g.h.first(oh), h1 = g.h.last(oh), w0 = g.w.first(ow), w1 = g.w.last(ow);
-        pixel(out, (h1 - h0) * (w1 - w0));
-        for (std::int64_t ih = h0; ih < h1; ++ih) {
-          for (std::int64_t iw = w0; iw < w1; ++iw) element(out, ((b * g.h.in + ih) * g.w.in + iw) * c);
-        }
-      }
-    }
-  }
-}
-
-// y = the window maxima; argmax[i] = the local offset in x of y[i]'s maximum.
-template <class T>
-void max_pool_forward(const T* x, T* y, std::int64_t* argmax, const pool_geometry& g) {
-  const std::int64_t c = g.channels;
-  bool first = true;
-  for_each_window(
-      g, [&](std::int64_t, std::int64_t) { first = true; },
-      [&](std::int64_t out, std::int64_t in) {
-        for (std::int64_t k = 0; k < c; ++k) {
-          if (first || y[out + k] < x[in + k]) {
-            y[out + k] = x[in + k];
-            argmax[out + k] = in + k;
-          }
-        }
-        first = false;
-      });
-}
-
-// dx[argmax[i]] += dy[i] for the n outputs.
-template <class T>
-void max_pool_grad(const T* dy, const std::int64_t* argmax, std::size_t n, T* dx) {
-  for (std::size_t i = 0; i < n; ++i) dx[argmax[i]] += dy[i];
-}
-
-// y = the window means over the elements inside the image.
-template <class T>
-void avg_pool_forward(const T* x, T* y, const pool_geometry& g) {
-  const std::int64_t c = g.channels;
-  T inverse{};
-  for_each_window(
-      g, [&](std::int64_t, std::int64_t count) { inverse = T{1} / static_cast<T>(count); },
-      [&](std::int64_t out, std::int64_t in) {
-        for (std::int64_t k = 0; k < c; ++k) y[out + k] += inverse * x[in + k];
-      });
-}
-
-// dx += dy spread evenly over each window's elements inside the image.
-template <class T>
-void avg_pool_grad(const T* dy, T* dx, const pool_geometry& g) {
-  const std::int64_t c = g.channels;
-  T inverse{};
-  for_each_window(
-      g, [&](std::int64_t, std::int64_t count) { inverse = T{1} / static_cast<T>(count); },
-      [&](std::int64_t out, std::int64_t in) {
-        for (std::int64_t k = 0; k < c; ++k) dx[in + k] += inverse * dy[out + k];
-      });
-}
+// This device's part of a pooling (backend/pooling.hpp): the local images
+// and channels, and the two window axes.
+using pool_geometry = backend::pool_geometry;
 
 template <class S>
 std::string context(std::string_view op, const S& s, const window& win) {
@@ -215,17 +151,17 @@ auto max_pool2d(const tensor<T, S, L, M>& x, const pool2d_options& options) {
     using in_t = typename P::in_t;
     const P p("max_pool2d", x, options);
     auto&& xn = conv_detail::in_order<typename P::PN>(x);
-    std::shared_ptr<std::vector<std::int64_t>> argmax;
+    using argmax_t = backend::storage<std::int64_t, space_of<M>>;
+    std::shared_ptr<argmax_t> argmax;
     out_t out = conv_detail::filled_in_order<out_t, typename P::ON>(x.mesh(), p.out_shape, [&](auto& y) {
-      argmax = std::make_shared<std::vector<std::int64_t>>(y.local().size());
-      pool_detail::max_pool_forward(xn.local().data(), y.local().data(), argmax->data(), p.g);
+      argmax = std::make_shared<argmax_t>(static_cast<std::size_t>(y.local_size()));
+      backend::max_pool_forward(y.space(), xn.data(), y.data(), backend::view(*argmax).data(), p.g);
     });
     if (!autodiff::recording() || !x.tracked()) return out;
-    return record(std::move(out), "max_pool2d", gradient_of(x, [argmax, xs = x.shape()](const out_t& dy) {
+    return record(std::move(out), "max_pool2d", gradient_of(x, [argmax, g = p.g, xs = x.shape()](const out_t& dy) {
                     auto&& dyn = conv_detail::in_order<typename P::ON>(dy);
                     return conv_detail::filled_in_order<in_t, typename P::PN>(dy.mesh(), xs, [&](auto& dx) {
-                      pool_detail::max_pool_grad(dyn.local().data(), argmax->data(), dyn.local().size(),
-                                                 dx.local().data());
+                      backend::max_pool_grad(dx.space(), dyn.data(), backend::view(*argmax).data(), dx.data(), g);
                     });
                   }));
   }
@@ -245,13 +181,13 @@ auto avg_pool2d(const tensor<T, S, L, M>& x, const pool2d_options& options) {
     const P p("avg_pool2d", x, options);
     auto&& xn = conv_detail::in_order<typename P::PN>(x);
     out_t out = conv_detail::filled_in_order<out_t, typename P::ON>(x.mesh(), p.out_shape, [&](auto& y) {
-      pool_detail::avg_pool_forward(xn.local().data(), y.local().data(), p.g);
+      backend::avg_pool_forward(y.space(), xn.data(), y.data(), p.g);
     });
     if (!autodiff::recording() || !x.tracked()) return out;
     return record(std::move(out), "avg_pool2d", gradient_of(x, [g = p.g, xs = x.shape()](const out_t& dy) {
                     auto&& dyn = conv_detail::in_order<typename P::ON>(dy);
                     return conv_detail::filled_in_order<in_t, typename P::PN>(dy.mesh(), xs, [&](auto& dx) {
-                      pool_detail::avg_pool_grad(dyn.local().data(), dx.local().data(), g);
+                      backend::avg_pool_grad(dx.space(), dyn.data(), dx.data(), g);
                     });
                   }));
   }

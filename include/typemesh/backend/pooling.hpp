@@ -1,0 +1,137 @@
+// Pooling's local kernels, per space, on row-major arrays [images, height,
+// width, channels]: max pooling (keeping each maximum's offset), average
+// pooling, and their gradients. Each index owns what it writes and adds in
+// the order of a sequential loop over the outputs, so the results do not
+// depend on the thread count. Nothing here communicates.
+#pragma once
+
+#include <cstdint>
+
+#include "typemesh/backend/config.hpp"
+#include "typemesh/backend/conv.hpp"
+#include "typemesh/backend/parallel.hpp"
+
+namespace typemesh::backend {
+
+// This device's part of a pooling: `images` images of h.in x w.in with
+// `channels` channels.
+struct pool_geometry {
+  std::int64_t images = 0;
+  std::int64_t channels = 0;
+  window_axis h, w;
+
+  TYPEMESH_HOST_DEVICE std::int64_t window_elements() const { return h.size * w.size; }
+};
+
+// y = the window maxima; argmax[i] = the offset in x of y[i]'s maximum, the
+// first in window order on ties.
+template <class Space, class T>
+void max_pool_forward(Space s, const T* x, T* y, std::int64_t* argmax, const pool_geometry& g) {
+  parallel_for(
+      s, g.images * g.h.out * g.w.out,
+      [=] TYPEMESH_KERNEL(std::int64_t o) {
+        const std::int64_t c = g.channels, pix = g.h.out * g.w.out;
+        const std::int64_t b = o / pix, oh = (o % pix) / g.w.out, ow = o % g.w.out, out = o * c;
+        const std::int64_t h1 = g.h.last(oh), w0 = g.w.first(ow), w1 = g.w.last(ow);
+        bool first = true;
+        for (std::int64_t ih = g.h.first(oh); ih < h1; ++ih) {
+          for (std::int64_t iw = w0; iw < w1; ++iw) {
+            const std::int64_t in = ((b * g.h.in + ih) * g.w.in + iw) * c;
+            for (std::int64_t k = 0; k < c; ++k) {
+              if (first || y[out + k] < x[in + k]) {
+                y[out + k] = x[in + k];
+                argmax[out + k] = in + k;
+              }
+            }
+            first = false;
+          }
+        }
+      },
+      grain_for(g.window_elements() * g.channels));
+}
+
+// Channels one index of max_pool_grad takes, where windows overlap: a run
+// of consecutive elements long enough to use whole cache lines.
+inline constexpr std::int64_t max_pool_grad_block = 32;
+
+// dx[argmax[i]] += dy[i] over the outputs i. Where windows do not overlap
+// (stride at least the window, both ways), each output owns its window's
+// elements and adds into them itself. Else one index per image and block of
+// channels adds those channels of that image's outputs in output order: an
+// output reaches only elements of its own image and channels, and each
+// element gets its gradients in a sequential loop's order. (A gather per
+// input element gives the same bits, but compares every element with the
+// choice of each window that holds it: several times the work.)
+template <class Space, class T>
+void max_pool_grad(Space s, const T* dy, const std::int64_t* argmax, T* dx, const pool_geometry& g) {
+  const std::int64_t pix = g.h.out * g.w.out;
+  if (g.images == 0 || g.channels == 0 || pix == 0) return;
+  if (g.h.stride >= g.h.size && g.w.stride >= g.w.size) {
+    parallel_for(
+        s, g.images * pix,
+        [=] TYPEMESH_KERNEL(std::int64_t o) {
+          const std::int64_t c = g.channels, out = o * c;
+          for (std::int64_t k = 0; k < c; ++k) dx[argmax[out + k]] += dy[out + k];
+        },
+        grain_for(g.channels));
+    return;
+  }
+  const std::int64_t block = max_pool_grad_block < g.channels ? max_pool_grad_block : g.channels;
+  const std::int64_t blocks = (g.channels + block - 1) / block;
+  parallel_for(
+      s, g.images * blocks,
+      [=] TYPEMESH_KERNEL(std::int64_t q) {
+        const std::int64_t c = g.channels, b = q / blocks, k0 = q % blocks * block;
+        const std::int64_t k1 = k0 + block < c ? k0 + block : c;
+        for (std::int64_t o = b * pix * c, end = (b + 1) * pix * c; o < end; o += c) {
+          for (std::int64_t k = o + k0; k < o + k1; ++k) dx[argmax[k]] += dy[k];
+        }
+      },
+      grain_for(pix * block));
+}
+
+// y += the window means over the elements inside the image (y starts at
+// zero).
+template <class Space, class T>
+void avg_pool_forward(Space s, const T* x, T* y, const pool_geometry& g) {
+  parallel_for(
+      s, g.images * g.h.out * g.w.out,
+      [=] TYPEMESH_KERNEL(std::int64_t o) {
+        const std::int64_t c = g.channels, pix = g.h.out * g.w.out;
+        const std::int64_t b = o / pix, oh = (o % pix) / g.w.out, ow = o % g.w.out, out = o * c;
+        const std::int64_t h0 = g.h.first(oh), h1 = g.h.last(oh), w0 = g.w.first(ow), w1 = g.w.last(ow);
+        const T inverse = T{1} / static_cast<T>((h1 - h0) * (w1 - w0));
+        for (std::int64_t ih = h0; ih < h1; ++ih) {
+          for (std::int64_t iw = w0; iw < w1; ++iw) {
+            const std::int64_t in = ((b * g.h.in + ih) * g.w.in + iw) * c;
+            for (std::int64_t k = 0; k < c; ++k) y[out + k] += inverse * x[in + k];
+          }
+        }
+      },
+      grain_for(g.window_elements() * g.channels));
+}
+
+// dx += dy spread evenly over each window's elements inside the image, as a
+// gather: each input element adds its share of every window that holds it,
+// in output order.
+template <class Space, class T>
+void avg_pool_grad(Space s, const T* dy, T* dx, const pool_geometry& g) {
+  parallel_for(
+      s, g.images * g.h.in * g.w.in,
+      [=] TYPEMESH_KERNEL(std::int64_t q) {
+        const std::int64_t c = g.channels, pixels_in = g.h.in * g.w.in;
+        const std::int64_t b = q / pixels_in, ih = (q % pixels_in) / g.w.in, iw = q % g.w.in, in = q * c;
+        const std::int64_t oh1 = g.h.last_out(ih), ow0 = g.w.first_out(iw), ow1 = g.w.last_out(iw);
+        for (std::int64_t oh = g.h.first_out(ih); oh < oh1; ++oh) {
+          const std::int64_t rows = g.h.last(oh) - g.h.first(oh);
+          for (std::int64_t ow = ow0; ow < ow1; ++ow) {
+            const T inverse = T{1} / static_cast<T>(rows * (g.w.last(ow) - g.w.first(ow)));
+            const std::int64_t out = ((b * g.h.out + oh) * g.w.out + ow) * c;
+            for (std::int64_t k = 0; k < c; ++k) dx[in + k] += inverse * dy[out + k];
+          }
+        }
+      },
+      grain_for(g.window_elements() * g.channels));
+}
+
+}  // namespace typemesh::backend
