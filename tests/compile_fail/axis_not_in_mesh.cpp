@@ -1,6 +1,6 @@
 // Reducing along axis1 on a 1-d mesh that only has axis0.
 // expect: typemesh: the operation names an axis that the mesh does not have
-// expect: diagnostic::axis_not_in_mesh<axis1, typemesh::mesh_in<typemesh::host_space,
+// expect: diagnostic::axis_not_in_mesh<axis1, typemesh::mesh<
 #include <typemesh/ops/collectives.hpp>
 
 #include "common.hpp"

@@ -1,6 +1,6 @@
 // Asking the 2-d grid for a group along axis2, an axis of another mesh.
 // expect: typemesh: the operation names an axis that the mesh does not have
-// expect: diagnostic::axis_not_in_mesh<axis2, typemesh::mesh_in<typemesh::host_space,
+// expect: diagnostic::axis_not_in_mesh<axis2, typemesh::mesh_base<typemesh::host_space,
 #include "common.hpp"
 
 using namespace typemesh;

@@ -1,7 +1,7 @@
 // A dense layer whose weight lives on another mesh (a pipeline stage's
 // weight passed to the previous stage): one error, naming both meshes.
 // expect: typemesh: tensors on two different meshes cannot be combined
-// expect: diagnostic::different_meshes<typemesh::mesh_in<typemesh::host_space, ([^,]*"stage0"|\{\{115, 116, 97, 103, 101, 48)
+// expect: diagnostic::different_meshes<typemesh::mesh<([^,]*"stage0"|\{\{115, 116, 97, 103, 101, 48)
 #include <typemesh/layers/dense.hpp>
 
 #include "common.hpp"

@@ -1,7 +1,7 @@
 // A residual connection across two pipeline stages on different meshes.
 // expect: typemesh: tensors on two different meshes cannot be combined
 // (clang spells a mesh's name as its character codes: "first_half" = {{102, 105, ...)
-// expect: diagnostic::different_meshes<typemesh::mesh_in<typemesh::host_space, ([^,]*"first_half"|\{\{102, 105, 114, 115, 116, 95, 104)
+// expect: diagnostic::different_meshes<typemesh::mesh<([^,]*"first_half"|\{\{102, 105, 114, 115, 116, 95, 104)
 #include <typemesh/ops/binary.hpp>
 
 #include "common.hpp"

@@ -1,6 +1,6 @@
 // A layout written for the 2-d grid, used on a 1-d mesh.
 // expect: typemesh: the layout uses an axis that the mesh does not have
-// expect: diagnostic::layout_axis_not_in_mesh<axis1, typemesh::mesh_in<typemesh::host_space,
+// expect: diagnostic::layout_axis_not_in_mesh<axis1, typemesh::mesh<
 #include <typemesh/tensor/tensor.hpp>
 
 #include "common.hpp"

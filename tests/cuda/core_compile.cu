@@ -1,8 +1,9 @@
-// nvcc compile test: the core headers, the Thrust kernels and the tensor type
-// compile for the CUDA Thrust system (THRUST_DEVICE_SYSTEM left to nvcc's
-// default, CUDA), and a few templates instantiate, including a box-copy kernel
-// that nvcc compiles for the device. Compiled only (-c); nothing runs, so no
-// GPU is needed. Registered as the ctest test cuda.compile_core.
+// nvcc compile test: the core headers, the kernels and the tensor type
+// compile for both spaces, and a few templates instantiate, including a
+// box-copy kernel and a parallel_for that nvcc compiles for the GPU, and a
+// tensor on a cuda_mesh whose local elements are a device_span. Compiled
+// only (-c); nothing runs, so no GPU is needed. Registered as the ctest test
+// cuda.compile_core.
 #include <typemesh/core.hpp>
 #include <typemesh/backend/kernels.hpp>
 #include <typemesh/tensor/tensor.hpp>
@@ -14,8 +15,8 @@
 #if !defined(__CUDACC__)
 #error "core_compile.cu is meant for nvcc"
 #endif
-#if THRUST_DEVICE_SYSTEM != THRUST_DEVICE_SYSTEM_CUDA
-#error "core_compile.cu must build for Thrust's CUDA device system"
+#if !defined(TYPEMESH_CUDA)
+#error "core_compile.cu must build with the CUDA space (TYPEMESH_CUDA)"
 #endif
 
 namespace {
@@ -26,6 +27,7 @@ struct axis0 : typemesh::axis<"axis0"> {};
 struct axis1 : typemesh::axis<"axis1"> {};
 
 using grid = typemesh::mesh<"grid", axis0, axis1>;
+using gpus = typemesh::cuda_mesh<"gpus", axis0, axis1>;
 using act_layout = typemesh::layout<batch(axis0), k(axis1)>;
 using act_shape = typemesh::shape<batch, k>;
 
@@ -52,12 +54,28 @@ std::optional<typemesh::box<2>> slice_of_device(int device) {
 void copy_corner(const float* src, float* dst) {
   typemesh::backend::region<2> from{{64, 128}, {32, 0}};
   typemesh::backend::region<2> to{{32, 32}, {0, 0}};
-  typemesh::backend::copy_box<float, 2>(src, from, dst, to, {32, 32});
+  typemesh::backend::copy_box(typemesh::cuda_space{}, src, from, dst, to, std::array<std::int64_t, 2>{32, 32});
+}
+
+// A kernel body written once, compiled for the host and the GPU.
+void scale_on_both(float* host, float* device, std::int64_t n) {
+  auto twice = [] TYPEMESH_KERNEL(float v) { return 2 * v; };
+  typemesh::backend::map(typemesh::host_space{}, host, host, n, twice);
+  typemesh::backend::map(typemesh::cuda_space{}, device, device, n, twice);
 }
 
 // The distributed tensor type and its device storage.
 using act = typemesh::tensor<float, act_shape, act_layout, grid>;
 static_assert(act::rank == 2);
+using gpu_act = typemesh::tensor<float, act_shape, act_layout, gpus>;
+static_assert(std::is_same_v<gpu_act::space_type, typemesh::cuda_space>);
+// Host code cannot index GPU memory: its local view has no operator[].
+template <class V>
+concept indexable = requires(V v) { v[0]; };
+static_assert(indexable<decltype(std::declval<act&>().local())>);
+static_assert(!indexable<decltype(std::declval<gpu_act&>().local())>);
+
+float gpu_sum(const gpu_act& x) { return typemesh::backend::sum(x.space(), x.data(), x.local_size()); }
 
 std::int64_t local_elements(const act& x) {
   return static_cast<std::int64_t>(x.storage().size());

@@ -2,9 +2,10 @@
 #
 #   include(${PROJECT_SOURCE_DIR}/tests/cuda/register.cmake)
 #
-# cuda.compile_core compiles core_compile.cu with nvcc (compile only: no GPU
-# is needed) for Thrust's CUDA device system, so that the headers keep
-# compiling with nvcc as well as with the host compiler. Label "cuda".
+# cuda.compile_core compiles core_compile.cu, and cuda.compile_backend_tests
+# the backend test area, with nvcc for sm_80 and sm_90 (compile only: no GPU
+# is needed), so that the headers keep compiling with nvcc as well as with
+# the host compiler. Label "cuda".
 #
 # nvcc is looked for in CMAKE_CUDA_COMPILER when that is set, then under the
 # toolkit named by CUDAToolkit_ROOT (CMake or environment variable), CUDA_PATH
@@ -28,11 +29,14 @@ block(SCOPE_FOR VARIABLES)
     set(_why "nvcc not found (set CUDAToolkit_ROOT or CUDA_PATH, or put nvcc on PATH): skipped")
     if(CMAKE_HOST_UNIX)
       add_test(NAME cuda.compile_core COMMAND sh -c "echo 'cuda.compile_core: ${_why}'; exit 77")
+      add_test(NAME cuda.compile_backend_tests COMMAND sh -c "echo 'cuda.compile_backend_tests: ${_why}'; exit 77")
     else()
       add_test(NAME cuda.compile_core COMMAND ${CMAKE_COMMAND} -E echo "cuda.compile_core: ${_why}")
-      set_tests_properties(cuda.compile_core PROPERTIES SKIP_REGULAR_EXPRESSION ": nvcc not found")
+      add_test(NAME cuda.compile_backend_tests COMMAND ${CMAKE_COMMAND} -E echo "cuda.compile_backend_tests: ${_why}")
+      set_tests_properties(cuda.compile_core cuda.compile_backend_tests PROPERTIES
+        SKIP_REGULAR_EXPRESSION ": nvcc not found")
     endif()
-    set_tests_properties(cuda.compile_core PROPERTIES
+    set_tests_properties(cuda.compile_core cuda.compile_backend_tests PROPERTIES
       SKIP_RETURN_CODE 77
       LABELS cuda)
     return()
@@ -59,13 +63,21 @@ block(SCOPE_FOR VARIABLES)
   set(_object_dir "${CMAKE_CURRENT_BINARY_DIR}/cuda")
   file(MAKE_DIRECTORY "${_object_dir}")
 
-  # THRUST_DEVICE_SYSTEM is deliberately not defined: nvcc's default is CUDA.
+  # Both GPU generations the CUDA build targets; --extended-lambda for the
+  # kernel bodies written as lambdas. THRUST_DEVICE_SYSTEM is deliberately
+  # not defined: nvcc's default is CUDA.
+  set(_flags -std=c++20 --extended-lambda -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90)
   add_test(NAME cuda.compile_core
-    COMMAND "${TYPEMESH_NVCC_EXECUTABLE}" ${_host_compiler}
-      -std=c++20 ${_includes}
+    COMMAND "${TYPEMESH_NVCC_EXECUTABLE}" ${_host_compiler} ${_flags} ${_includes}
       -c "${CMAKE_CURRENT_LIST_DIR}/core_compile.cu"
       -o "${_object_dir}/core_compile.o")
-  set_tests_properties(cuda.compile_core PROPERTIES
+  # The backend test area (the kernel patterns and strided kernels, every
+  # header of the library included) as CUDA source: compile only.
+  add_test(NAME cuda.compile_backend_tests
+    COMMAND "${TYPEMESH_NVCC_EXECUTABLE}" ${_host_compiler} ${_flags} ${_includes}
+      "-I${CMAKE_CURRENT_LIST_DIR}/.." -x cu -c "${CMAKE_CURRENT_LIST_DIR}/../backend_test.cpp"
+      -o "${_object_dir}/backend_test.o")
+  set_tests_properties(cuda.compile_core cuda.compile_backend_tests PROPERTIES
     LABELS cuda
     TIMEOUT 600)
 endblock()

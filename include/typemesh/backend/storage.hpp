@@ -136,7 +136,10 @@ template <class T>
 class device_span {
  public:
   device_span(T* data, std::size_t size) : data_(data), size_(size) {}
-  operator device_span<const T>() const { return {data_, size_}; }
+  // device_span<T> to device_span<const T>, as std::span converts.
+  template <class U>
+    requires(std::is_convertible_v<U (*)[], T (*)[]>)
+  device_span(const device_span<U>& other) : data_(other.data()), size_(other.size()) {}
   T* data() const { return data_; }
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }

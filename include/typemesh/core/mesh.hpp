@@ -31,21 +31,17 @@
 
 namespace typemesh {
 
-// A mesh whose tensors live in Space (host_space or cuda_space); mesh<> and
-// cuda_mesh<> below name the two.
-template <class Space, fixed_name Name, class... Axes>
-class mesh_in {
+// What every mesh is, whatever its name: axes, sizes, devices, in a space.
+// The name is a value here and a type only in mesh<> and cuda_mesh<> below,
+// so that this class's own template arguments hold no string (nvcc's host
+// pass cannot spell a string argument it must write out itself).
+template <class Space, class... Axes>
+class mesh_base {
   static_assert(typemesh::space<Space>, "typemesh: the space of a mesh must be typemesh::host_space or cuda_space");
   static_assert((Axis<Axes> && ...), "typemesh: every axis of mesh<name, axes...> must be an axis tag");
-  static_assert((sizeof(diagnostic::axis_repeated_in_mesh<Axes, mesh_in, (detail::count<Axes, Axes...> > 1)>) && ...));
-#if !defined(TYPEMESH_CUDA)
-  static_assert(!std::is_same_v<Space, cuda_space>,
-                "typemesh: a cuda_mesh needs a CUDA build: compile with nvcc (the CMake option TYPEMESH_CUDA)");
-#endif
 
  public:
   using space = Space;
-  static constexpr std::string_view name = Name.view();
   static constexpr std::size_t rank = sizeof...(Axes);
   static constexpr std::array<std::string_view, rank> axis_names{Axes::name...};
 
@@ -59,10 +55,10 @@ class mesh_in {
   using coords = std::array<int, rank>;
 
   // Devices 0 .. n-1 in order.
-  explicit mesh_in(const std::array<int, rank>& sizes) : mesh_in(sizes, iota(sizes)) {}
+  mesh_base(std::string_view name, const std::array<int, rank>& sizes) : mesh_base(name, sizes, iota(name, sizes)) {}
 
-  mesh_in(const std::array<int, rank>& sizes, std::vector<int> devices) {
-    const std::size_t n = static_cast<std::size_t>(device_count_of(sizes));
+  mesh_base(std::string_view name, const std::array<int, rank>& sizes, std::vector<int> devices) {
+    const std::size_t n = static_cast<std::size_t>(device_count_of(name, sizes));
     if (devices.size() != n) {
       throw shape_error(detail::cat("mesh '", name, "' of shape ", describe_sizes(sizes), " needs ", n,
                                     " devices, but its device list ", detail::list(devices), " has ", devices.size()));
@@ -89,19 +85,22 @@ class mesh_in {
       }
     }
     auto d = std::make_shared<data>();
+    d->name = name;
     d->sizes = sizes;
     d->devices = std::move(devices);
     d->position = std::move(index);
     data_ = std::move(d);
   }
 
+  // The mesh's name ("lstm" for mesh<"lstm", ...>).
+  std::string_view mesh_name() const { return data_->name; }
   const std::array<int, rank>& sizes() const { return data_->sizes; }
   int size(std::size_t axis_index) const { return data_->sizes[axis_index]; }
 
   // The coordinate of `device` on axis A; an error for a device outside the mesh.
   template <class A>
   int coordinate(int device) const {
-    static_assert(sizeof(diagnostic::axis_not_in_mesh<A, mesh_in, !has<A>>));
+    static_assert(sizeof(diagnostic::axis_not_in_mesh<A, mesh_base, !has<A>>));
     auto c = coordinate_of(device);
     if (!c) {
       throw device_error(detail::cat("device ", device, " is not in ", describe()));
@@ -136,7 +135,7 @@ class mesh_in {
     int p = 0;
     for (std::size_t a = 0; a < rank; ++a) {
       if (c[a] < 0 || c[a] >= data_->sizes[a]) {
-        throw device_error(detail::cat("mesh '", name, "': coordinate ", c[a], " is outside axis ", axis_names[a],
+        throw device_error(detail::cat("mesh '", data_->name, "': coordinate ", c[a], " is outside axis ", axis_names[a],
                                        " of size ", data_->sizes[a]));
       }
       p = p * data_->sizes[a] + c[a];
@@ -149,11 +148,11 @@ class mesh_in {
   group group_along(int device, const std::array<bool, rank>& along) const {
     auto c = coordinate_of(device);
     if (!c) {
-      throw device_error(detail::cat("device ", device, " is not in mesh '", name, "' (devices ",
+      throw device_error(detail::cat("device ", device, " is not in mesh '", data_->name, "' (devices ",
                                      detail::list(data_->devices), ")"));
     }
     group g;
-    g.label = detail::cat("mesh '", name, "' along {");
+    g.label = detail::cat("mesh '", data_->name, "' along {");
     bool first = true;
     int members = 1;
     for (std::size_t a = 0; a < rank; ++a) {
@@ -179,7 +178,7 @@ class mesh_in {
 
   template <class... A>
   group group_along(int device) const {
-    static_assert((sizeof(diagnostic::axis_not_in_mesh<A, mesh_in, !has<A>>) && ...));
+    static_assert((sizeof(diagnostic::axis_not_in_mesh<A, mesh_base, !has<A>>) && ...));
     std::array<bool, rank> along{};
     ((along[index_of<A>] = true), ...);
     return group_along(device, along);
@@ -188,16 +187,17 @@ class mesh_in {
   // "mesh 'lstm' [axis0=2 axis1=4] on devices [4 5 6 7 0 1 2 3]"; a CUDA
   // mesh says "on cuda devices".
   std::string describe() const {
-    return detail::cat("mesh '", name, "' ", describe_sizes(data_->sizes), " on ",
+    return detail::cat("mesh '", data_->name, "' ", describe_sizes(data_->sizes), " on ",
                        std::is_same_v<Space, host_space> ? "" : "cuda ", "devices ", detail::list(data_->devices));
   }
 
-  friend bool operator==(const mesh_in& a, const mesh_in& b) {
+  friend bool operator==(const mesh_base& a, const mesh_base& b) {
     return a.data_ == b.data_ || (a.data_->sizes == b.data_->sizes && a.data_->devices == b.data_->devices);
   }
 
  private:
   struct data {
+    std::string_view name;  // a template argument's, which lives as long as the program
     std::array<int, rank> sizes{};
     std::vector<int> devices;
     std::vector<std::pair<int, int>> position;  // (device id, index in devices), sorted by id
@@ -205,7 +205,7 @@ class mesh_in {
 
   // The number of devices a mesh of these axis sizes has: every axis at least
   // one device, and a product that fits in an int (a device id).
-  static int device_count_of(const std::array<int, rank>& sizes) {
+  static int device_count_of(std::string_view name, const std::array<int, rank>& sizes) {
     int n = 1;
     for (std::size_t a = 0; a < rank; ++a) {
       if (sizes[a] < 1) {
@@ -220,8 +220,8 @@ class mesh_in {
     return n;
   }
 
-  static std::vector<int> iota(const std::array<int, rank>& sizes) {
-    std::vector<int> v(static_cast<std::size_t>(device_count_of(sizes)));
+  static std::vector<int> iota(std::string_view name, const std::array<int, rank>& sizes) {
+    std::vector<int> v(static_cast<std::size_t>(device_count_of(name, sizes)));
     std::iota(v.begin(), v.end(), 0);
     return v;
   }
@@ -243,12 +243,33 @@ class mesh_in {
 
 // A mesh of host devices (threads or MPI ranks), the default.
 template <fixed_name Name, class... Axes>
-using mesh = mesh_in<host_space, Name, Axes...>;
+class mesh : public mesh_base<host_space, Axes...> {
+  static_assert((sizeof(diagnostic::axis_repeated_in_mesh<Axes, mesh, (detail::count<Axes, Axes...> > 1)>) && ...));
+
+ public:
+  static constexpr std::string_view name = Name.view();
+  explicit mesh(const std::array<int, sizeof...(Axes)>& sizes) : mesh_base<host_space, Axes...>(name, sizes) {}
+  mesh(const std::array<int, sizeof...(Axes)>& sizes, std::vector<int> devices)
+      : mesh_base<host_space, Axes...>(name, sizes, std::move(devices)) {}
+};
 
 // A mesh of CUDA GPUs: its tensors live in device memory and its kernels run
 // on the GPUs (a CUDA build only).
 template <fixed_name Name, class... Axes>
-using cuda_mesh = mesh_in<cuda_space, Name, Axes...>;
+class cuda_mesh : public mesh_base<cuda_space, Axes...> {
+  static_assert((sizeof(diagnostic::axis_repeated_in_mesh<Axes, cuda_mesh, (detail::count<Axes, Axes...> > 1)>) &&
+                 ...));
+#if !defined(TYPEMESH_CUDA)
+  static_assert(sizeof(Name) == 0,
+                "typemesh: a cuda_mesh needs a CUDA build: compile with nvcc (the CMake option TYPEMESH_CUDA)");
+#endif
+
+ public:
+  static constexpr std::string_view name = Name.view();
+  explicit cuda_mesh(const std::array<int, sizeof...(Axes)>& sizes) : mesh_base<cuda_space, Axes...>(name, sizes) {}
+  cuda_mesh(const std::array<int, sizeof...(Axes)>& sizes, std::vector<int> devices)
+      : mesh_base<cuda_space, Axes...>(name, sizes, std::move(devices)) {}
+};
 
 // Detected by members, not by matching mesh<Name, Axes...>: nvcc does not
 // deduce class-type template arguments in partial specialisations.

@@ -5,6 +5,12 @@
 // so the same op, layer or optimizer runs on the host or on a GPU.
 #pragma once
 
+// On where nvcc compiles the library: the CUDA space and its kernels exist
+// only then.
+#if defined(__CUDACC__) && !defined(TYPEMESH_NO_CUDA)
+#define TYPEMESH_CUDA 1
+#endif
+
 #include <concepts>
 #include <string_view>
 

@@ -341,7 +341,7 @@ tensor<T, Out, L, M> permuted_values(const tensor<T, S, L, M>& x) {
   tensor<T, Out, L, M> out(x.mesh(), shape_from<Out>(x.shape()), uninitialized);
   if (x.holds_data()) {
     using U = dims_of<Out>;
-    backend::broadcast(x.data(), ops_detail::local_dims_of<U>(x), out.data(),
+    backend::broadcast(x.space(), x.data(), ops_detail::local_dims_of<U>(x), out.data(),
                        ops_detail::local_dims_of<U>(out));
   }
   return out;

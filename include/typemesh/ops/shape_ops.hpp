@@ -134,7 +134,7 @@ void place_along(const Src& src, Dst& dst, std::int64_t offset) {
   using S = typename Src::shape_type;
   backend::region<S::rank> to{dst.local_extent(), {}};
   to.begin[S::template index_of<D>] = offset;
-  backend::copy_box(src.space(), src.data(), src.local_region(), dst.local().data(), to, src.local_extent());
+  backend::copy_box(src.space(), src.data(), src.local_region(), dst.data(), to, src.local_extent());
 }
 
 // The part of src's local slice from `offset` along D (whole), as a tensor of
@@ -146,7 +146,7 @@ Out take_along(const Src& src, const typename Out::shape_type& out_shape, std::i
   using S = typename Src::shape_type;
   backend::region<S::rank> from{src.local_extent(), {}};
   from.begin[S::template index_of<D>] = offset;
-  backend::copy_box(src.space(), src.data(), from, out.local().data(), out.local_region(), out.local_extent());
+  backend::copy_box(src.space(), src.data(), from, out.data(), out.local_region(), out.local_extent());
   return out;
 }
 
