@@ -168,7 +168,15 @@ struct copy_rows_kernel {
     std::int64_t o[2];
     sp.offsets_at(row, o, sp.rank - 1);
     const std::int64_t n = sp.rank ? sp.extent[sp.rank - 1] : 1, xs = sp.rank ? sp.stride[0][sp.rank - 1] : 0;
-    for (std::int64_t i = 0; i < n; ++i) out[o[1] + i] = x[o[0] + i * xs];
+    T* to = out + o[1];
+    const T* from = x + o[0];
+    if (xs == 1) {
+      for (std::int64_t i = 0; i < n; ++i) to[i] = from[i];
+    } else if (xs == 0) {
+      for (std::int64_t i = 0; i < n; ++i) to[i] = *from;
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) to[i] = from[i * xs];
+    }
   }
 };
 
@@ -186,7 +194,20 @@ struct binary_rows_kernel {
     sp.offsets_at(row, o, sp.rank - 1);
     const std::int64_t n = sp.rank ? sp.extent[sp.rank - 1] : 1;
     const std::int64_t as = sp.rank ? sp.stride[0][sp.rank - 1] : 0, bs = sp.rank ? sp.stride[1][sp.rank - 1] : 0;
-    for (std::int64_t i = 0; i < n; ++i) out[o[2] + i] = f(a[o[0] + i * as], b[o[1] + i * bs]);
+    TO* to = out + o[2];
+    const TA* x = a + o[0];
+    const TB* y = b + o[1];
+    // The common cases as loops the compiler vectorises: both operands
+    // dense along the row, or one of them constant along it.
+    if (as == 1 && bs == 1) {
+      for (std::int64_t i = 0; i < n; ++i) to[i] = f(x[i], y[i]);
+    } else if (as == 1 && bs == 0) {
+      for (std::int64_t i = 0; i < n; ++i) to[i] = f(x[i], *y);
+    } else if (as == 0 && bs == 1) {
+      for (std::int64_t i = 0; i < n; ++i) to[i] = f(*x, y[i]);
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) to[i] = f(x[i * as], y[i * bs]);
+    }
   }
 };
 
