@@ -129,6 +129,18 @@ void col2im(Space s, const T* columns, const conv_geometry& g, std::int64_t firs
       grain_for(taps * g.channels));
 }
 
+// Calls step(first, n, columns) for consecutive chunks of n images starting
+// at image `first`, with column scratch sized for a whole chunk: the column
+// matrix of every image at once could be far larger than the images.
+template <class Space, class T, class Step>
+void for_each_image_chunk(Space, const conv_geometry& g, Step step) {
+  const std::int64_t chunk = images_per_chunk(g);
+  scratch<T, Space> columns(static_cast<std::size_t>(chunk * g.out_pixels() * g.patch()));
+  for (std::int64_t first = 0; first < g.images; first += chunk) {
+    step(first, std::min(chunk, g.images - first), columns.data());
+  }
+}
+
 // out = columns(image) . filter, a chunk of images at a time. An empty
 // geometry leaves `out` as it is.
 template <class Space, class T>
@@ -139,13 +151,10 @@ void conv_forward(Space s, const T* image, const T* filter, T* out, const conv_g
     gemm(s, false, false, g.images * pix, k, p, T{1}, image, p, filter, k, T{0}, out, k);
     return;
   }
-  const std::int64_t chunk = images_per_chunk(g);
-  scratch<T, Space> columns(static_cast<std::size_t>(chunk * pix * p));
-  for (std::int64_t first = 0; first < g.images; first += chunk) {
-    const std::int64_t n = std::min(chunk, g.images - first);
-    im2col(s, image, g, first, n, columns.data());
-    gemm(s, false, false, n * pix, k, p, T{1}, columns.data(), p, filter, k, T{0}, out + first * pix * k, k);
-  }
+  for_each_image_chunk<Space, T>(s, g, [&](std::int64_t first, std::int64_t n, T* columns) {
+    im2col(s, image, g, first, n, columns);
+    gemm(s, false, false, n * pix, k, p, T{1}, columns, p, filter, k, T{0}, out + first * pix * k, k);
+  });
 }
 
 // d_image += col2im(d_out . filter^T); d_image starts at zero.
@@ -157,13 +166,10 @@ void conv_image_grad(Space s, const T* d_out, const T* filter, T* d_image, const
     gemm(s, false, true, g.images * pix, p, k, T{1}, d_out, k, filter, k, T{0}, d_image, p);
     return;
   }
-  const std::int64_t chunk = images_per_chunk(g);
-  scratch<T, Space> d_columns(static_cast<std::size_t>(chunk * pix * p));
-  for (std::int64_t first = 0; first < g.images; first += chunk) {
-    const std::int64_t n = std::min(chunk, g.images - first);
-    gemm(s, false, true, n * pix, p, k, T{1}, d_out + first * pix * k, k, filter, k, T{0}, d_columns.data(), p);
-    col2im(s, d_columns.data(), g, first, n, d_image);
-  }
+  for_each_image_chunk<Space, T>(s, g, [&](std::int64_t first, std::int64_t n, T* d_columns) {
+    gemm(s, false, true, n * pix, p, k, T{1}, d_out + first * pix * k, k, filter, k, T{0}, d_columns, p);
+    col2im(s, d_columns, g, first, n, d_image);
+  });
 }
 
 // d_filter = columns(image)^T . d_out, summed over the images.
@@ -175,14 +181,11 @@ void conv_filter_grad(Space s, const T* image, const T* d_out, T* d_filter, cons
     gemm(s, true, false, p, k, g.images * pix, T{1}, image, p, d_out, k, T{0}, d_filter, k);
     return;
   }
-  const std::int64_t chunk = images_per_chunk(g);
-  scratch<T, Space> columns(static_cast<std::size_t>(chunk * pix * p));
-  for (std::int64_t first = 0; first < g.images; first += chunk) {
-    const std::int64_t n = std::min(chunk, g.images - first);
-    im2col(s, image, g, first, n, columns.data());
-    gemm(s, true, false, p, k, n * pix, T{1}, columns.data(), p, d_out + first * pix * k, k, first == 0 ? T{0} : T{1},
+  for_each_image_chunk<Space, T>(s, g, [&](std::int64_t first, std::int64_t n, T* columns) {
+    im2col(s, image, g, first, n, columns);
+    gemm(s, true, false, p, k, n * pix, T{1}, columns, p, d_out + first * pix * k, k, first == 0 ? T{0} : T{1},
          d_filter, k);
-  }
+  });
 }
 
 }  // namespace typemesh::backend

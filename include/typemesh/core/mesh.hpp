@@ -92,8 +92,6 @@ class mesh_base {
     data_ = std::move(d);
   }
 
-  // The mesh's name ("lstm" for mesh<"lstm", ...>).
-  std::string_view mesh_name() const { return data_->name; }
   const std::array<int, rank>& sizes() const { return data_->sizes; }
   int size(std::size_t axis_index) const { return data_->sizes[axis_index]; }
 
