@@ -88,3 +88,7 @@ void gemm(host_space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n
 }
 
 }  // namespace typemesh::backend
+
+#if defined(TYPEMESH_CUDA)
+#include "typemesh/backend/cuda/blas.hpp"
+#endif

@@ -4,6 +4,8 @@
 // generic lambdas, which the ops layer is full of).
 #pragma once
 
+#include <cmath>
+
 #include "typemesh/backend/config.hpp"
 
 namespace typemesh::backend {
@@ -49,6 +51,33 @@ struct cast_to {
   template <class T>
   TYPEMESH_KERNEL U operator()(T v) const {
     return static_cast<U>(v);
+  }
+};
+
+// Products, differences and quotients of two elements; exp(a - b), the
+// softmax numerator after subtracting the row's maximum.
+struct multiplies {
+  template <class T>
+  TYPEMESH_KERNEL T operator()(T a, T b) const {
+    return a * b;
+  }
+};
+struct minus {
+  template <class T>
+  TYPEMESH_KERNEL T operator()(T a, T b) const {
+    return a - b;
+  }
+};
+struct divides {
+  template <class T>
+  TYPEMESH_KERNEL T operator()(T a, T b) const {
+    return a / b;
+  }
+};
+struct exp_of_difference {
+  template <class T>
+  TYPEMESH_KERNEL T operator()(T a, T b) const {
+    return std::exp(a - b);
   }
 };
 

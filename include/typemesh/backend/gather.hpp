@@ -23,21 +23,26 @@ struct id_at {
 };
 
 namespace gather_detail {
-struct earliest {
-  TYPEMESH_KERNEL id_at operator()(id_at a, id_at b) const { return b.position < a.position ? b : a; }
+template <class I>
+struct outside {
+  const I* ids;
+  std::int64_t classes;
+  TYPEMESH_KERNEL bool operator()(std::int64_t p) const {
+    const auto id = static_cast<std::int64_t>(ids[p]);
+    return id < 0 || id >= classes;
+  }
 };
 }  // namespace gather_detail
 
-// The first of the n ids outside [0, classes), or {n, 0} when none is.
+// The first of the n ids outside [0, classes), or {n, 0} when none is. (A
+// search for the first position, then one read: a reduction over id_at
+// pairs would need a struct accumulator, which nvcc's host stubs cannot
+// name.)
 template <class Space, class I>
 id_at first_id_outside(Space s, const I* ids, std::int64_t n, std::int64_t classes) {
-  return parallel_sum(
-      s, n,
-      [=] TYPEMESH_KERNEL(std::int64_t p) {
-        const auto id = static_cast<std::int64_t>(ids[p]);
-        return id < 0 || id >= classes ? id_at{p, id} : id_at{n, 0};
-      },
-      id_at{n, 0}, gather_detail::earliest{});
+  const std::int64_t p = first_where(s, n, gather_detail::outside<I>{ids, classes});
+  if (p >= n) return {n, 0};
+  return {p, static_cast<std::int64_t>(read_one(s, ids + p))};
 }
 
 // out[p, :] = table[ids[p] - first, :] for each of the n ids whose row is

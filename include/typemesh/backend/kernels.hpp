@@ -11,6 +11,7 @@
 #include "typemesh/backend/config.hpp"
 #include "typemesh/backend/functors.hpp"
 #include "typemesh/backend/parallel.hpp"
+#include "typemesh/backend/storage.hpp"
 
 namespace typemesh::backend {
 
@@ -120,9 +121,11 @@ std::int64_t first_where(Space s, std::int64_t n, Pred pred) {
 }
 
 // One element, read from the space's memory into the host's.
-template <class T>
-T read_one(host_space, const T* p) {
-  return *p;
+template <class Space, class T>
+T read_one(Space s, const T* p) {
+  T value;
+  copy_elements(host_space{}, &value, s, p, 1);
+  return value;
 }
 
 // A box of a dense row-major array: the array's extents and the box's corner.

@@ -52,9 +52,10 @@ struct local_slice {
 };
 
 // Moves the pieces of `plan` from `in` (this device's source slice) into
-// `out` (its target slice). Compiled once per element type and rank.
-template <class T, std::size_t Rank>
-void run_transfer(const std::string& what, const transfer_plan<Rank>& plan, local_slice<const T, Rank> in,
+// `out` (its target slice), both in the memory of Space. Compiled once per
+// space, element type and rank.
+template <class Space, class T, std::size_t Rank>
+void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& plan, local_slice<const T, Rank> in,
                   local_slice<T, Rank> out) {
   device& dev = this_device();
   const int me = dev.id();
@@ -75,36 +76,36 @@ void run_transfer(const std::string& what, const transfer_plan<Rank>& plan, loca
   // piece that is contiguous in the slice goes without staging.
   for (const auto& [peer, pieces] : to_send) {
     if (std::int64_t at = pieces.size() == 1 ? in.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
-      dev.send_labelled(what, peer, std::span<const T>(in.data + at, pieces[0]->region.elements()));
+      dev.send_labelled(what, peer, backend::span_of(s, in.data + at, pieces[0]->region.elements()));
       continue;
     }
-    backend::scratch<std::remove_const_t<T>> message(total(pieces));
+    backend::scratch<T, Space> message(total(pieces));
     auto* at = message.data();
     for (auto* p : pieces) {
-      backend::copy_box(host_space{}, in.data, in.region_of(p->region), at, packed(p->region), p->region.extent);
+      backend::copy_box(s, in.data, in.region_of(p->region), at, packed(p->region), p->region.extent);
       at += p->region.elements();
     }
-    dev.send_labelled(what, peer, std::span<const T>(message.data(), message.size()));
+    dev.send_labelled(what, peer, backend::span_of(s, static_cast<const T*>(message.data()), message.size()));
   }
 
   // What this device keeps.
   for (const auto& p : plan.pieces) {
     if (p.from == me && p.to == me) {
-      backend::copy_box(host_space{}, in.data, in.region_of(p.region), out.data, out.region_of(p.region), p.region.extent);
+      backend::copy_box(s, in.data, in.region_of(p.region), out.data, out.region_of(p.region), p.region.extent);
     }
   }
 
   // Incoming, in the senders' order; unstaged when contiguous, as above.
   for (const auto& [peer, pieces] : to_receive) {
     if (std::int64_t at = pieces.size() == 1 ? out.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
-      dev.recv_labelled(what, peer, std::span<T>(out.data + at, pieces[0]->region.elements()));
+      dev.recv_labelled(what, peer, backend::span_of(s, out.data + at, pieces[0]->region.elements()));
       continue;
     }
-    backend::scratch<T> message(total(pieces));
-    dev.recv_labelled(what, peer, std::span<T>(message.data(), message.size()));
+    backend::scratch<T, Space> message(total(pieces));
+    dev.recv_labelled(what, peer, backend::span_of(s, message.data(), message.size()));
     const T* at = message.data();
     for (auto* p : pieces) {
-      backend::copy_box(host_space{}, at, packed(p->region), out.data, out.region_of(p->region), p->region.extent);
+      backend::copy_box(s, at, packed(p->region), out.data, out.region_of(p->region), p->region.extent);
       at += p->region.elements();
     }
   }
@@ -147,7 +148,16 @@ tensor<T, S, NewLayout, M2> transfer_as(const std::string& what, const tensor<T,
     const auto plan = make_transfer_plan<rank>(x.shape().sizes(),
                                                runtime_placement<rank>::template of<typename in_t::geometry>(x.mesh()),
                                                runtime_placement<rank>::template of<typename out_t::geometry>(to));
-    run_transfer<T, rank>(what, plan, {x.local().data(), x.slice()}, {out.local().data(), out.slice()});
+    if constexpr (std::is_same_v<space_of<M>, space_of<M2>>) {
+      run_transfer<space_of<M>, T, rank>(x.space(), what, plan, {x.data(), x.slice()}, {out.data(), out.slice()});
+    } else {
+      // Between a host mesh and a GPU mesh: this device's source slice is
+      // first copied into the target's memory, then moved as within it.
+      backend::storage<T, space_of<M2>> source(static_cast<std::size_t>(x.local_size()));
+      backend::copy_elements(out.space(), backend::view(source).data(), x.space(), x.data(), source.size());
+      run_transfer<space_of<M2>, T, rank>(out.space(), what, plan, {backend::view(source).data(), x.slice()},
+                                         {out.data(), out.slice()});
+    }
     return with_gradient(std::move(out), x, what);
   } catch (...) {
     rethrow_within(what);
@@ -157,7 +167,9 @@ tensor<T, S, NewLayout, M2> transfer_as(const std::string& what, const tensor<T,
 }  // namespace detail
 
 // x re-placed by NewLayout on mesh `to`: each device receives only what it
-// lacks. Devices outside both meshes do nothing.
+// lacks. Devices outside both meshes do nothing. `to` may be in another
+// space (a host mesh and a cuda_mesh): the elements cross between host and
+// GPU memory on the device that holds them.
 template <class NewLayout, class T, class S, class L, class M, class M2>
 tensor<T, S, NewLayout, M2> transfer(const tensor<T, S, L, M>& x, const M2& to) {
   return detail::transfer_as<NewLayout>(detail::transfer_description<NewLayout>("transfer", x, to), x, to);

@@ -26,6 +26,7 @@
 
 #include "typemesh/autodiff/tape.hpp"
 #include "typemesh/backend/config.hpp"
+#include "typemesh/backend/functors.hpp"
 #include "typemesh/backend/random.hpp"
 #include "typemesh/core/diagnostics.hpp"
 #include "typemesh/core/error.hpp"
@@ -144,15 +145,14 @@ tensor<T, S, L, M> softmax(const tensor<T, S, L, M>& x) {
     const R rows = ops_detail::reduced_sizes<S, D>(x.shape());
     const auto largest = ops_detail::reduce_to<R, RL>(x, rows, reduce_op::max);
     const t e =
-        ops_detail::broadcast_apply<S, L>(x, largest, x.shape(), [](T v, T m) -> T { return std::exp(v - m); });
+        ops_detail::broadcast_apply<S, L>(x, largest, x.shape(), backend::exp_of_difference{});
     const auto total = ops_detail::reduce_to<R, RL>(e, rows, reduce_op::sum);
-    t y = ops_detail::broadcast_apply<S, L>(e, total, x.shape(), [](T v, T s) -> T { return v / s; });
+    t y = ops_detail::broadcast_apply<S, L>(e, total, x.shape(), backend::divides{});
     return record(std::move(y), "softmax", gradient_of(x, [yv = y.detached(), rows](const t& dy) {
-                    const t dy_y = ops_detail::apply2(dy, yv, [](T a, T b) -> T { return a * b; });
+                    const t dy_y = ops_detail::apply2(dy, yv, backend::multiplies{});
                     const auto row_dot = ops_detail::reduce_to<R, RL>(dy_y, rows, reduce_op::sum);
-                    const t y_dot = ops_detail::broadcast_apply<S, L>(yv, row_dot, yv.shape(),
-                                                                      [](T a, T b) -> T { return a * b; });
-                    return ops_detail::apply2(dy_y, y_dot, [](T a, T b) -> T { return a - b; });
+                    const t y_dot = ops_detail::broadcast_apply<S, L>(yv, row_dot, yv.shape(), backend::multiplies{});
+                    return ops_detail::apply2(dy_y, y_dot, backend::minus{});
                   }));
   }
 }

@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "typemesh/autodiff/tape.hpp"
+#include "typemesh/backend/functors.hpp"
 #include "typemesh/backend/random.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/shape_algebra.hpp"
@@ -87,10 +88,9 @@ tensor<T, S, L, M> dropout(const tensor<T, S, L, M>& x, const dropout_options& o
   }
   if (rate == 0.0) return x;
   t mask = dropout_detail::mask_like(x, rate, options.key);
-  auto mul = [](T v, T f) { return v * f; };
-  t y = ops_detail::apply2(x, mask, mul);
+  t y = ops_detail::apply2(x, mask, backend::multiplies{});
   return record(std::move(y), "dropout",
-                gradient_of(x, [mask, mul](const t& dy) { return ops_detail::apply2(dy, mask, mul); }));
+                gradient_of(x, [mask](const t& dy) { return ops_detail::apply2(dy, mask, backend::multiplies{}); }));
 }
 
 }  // namespace typemesh

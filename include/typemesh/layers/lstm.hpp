@@ -472,7 +472,7 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
     backend::gemm(Space{}, false, false, rows, nl, kl, T{1}, xh.data(), kl, w->data(), nl, T{0}, z, nl);
     if constexpr (!std::is_void_v<KA>) {
       group g = xh.mesh().template group_along<KA>(xh.device());
-      if (g.size() > 1) this_device().allreduce(g, std::span<T>(z, mem->gates.size()));
+      if (g.size() > 1) this_device().allreduce(g, backend::span_of(Space{}, z, mem->gates.size()));
     }
     // The four gates of each unit sit together, on this device.
     mem->cells.resize(static_cast<std::size_t>(rows * units * 2));

@@ -17,7 +17,9 @@
 #include <array>
 #include <string_view>
 
+#include "typemesh/backend/storage.hpp"
 #include "typemesh/core/error.hpp"
+#include "typemesh/core/space.hpp"
 #include "typemesh/core/group.hpp"
 #include "typemesh/runtime/communicator.hpp"
 #include "typemesh/runtime/dtype.hpp"
@@ -50,104 +52,124 @@ class device {
   // Every member ends with the elementwise reduction of all members' `in`.
   template <class T>
   void allreduce(const group& g, std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op = reduce_op::sum) {
-    check_type<T>();
-    int m = member("allreduce", g);
-    same_size("allreduce", g, in.size(), out.size());
-    if (!(in.data() == out.data()) && overlaps(in, out)) overlap_error("allreduce", g);
-    std::size_t n = in.size(), gs = g.size();
-    std::size_t own = (m + 1) * n / gs - m * n / gs;  // the chunk this member reduces
-    count(op_kind::allreduce, ((gs - 1) * own + (n - own)) * sizeof(T), ((gs - 1) * own + (n - own)) * sizeof(T));
-    impl_->allreduce(g, in.data(), out.data(), n, dtype_of<T>, op);
+    allreduce_in(host_space{}, g, in.data(), in.size(), out.data(), out.size(), op);
   }
-
   template <class T>
   void allreduce(const group& g, std::span<T> inout, reduce_op op = reduce_op::sum) {
-    allreduce<T>(g, std::span<const T>(inout), inout, op);
+    allreduce_in(host_space{}, g, inout.data(), inout.size(), inout.data(), inout.size(), op);
   }
 
   // out = the members' `in`, concatenated in member order.
   template <class T>
   void allgather(const group& g, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+    allgather_in(host_space{}, g, in.data(), in.size(), out.data(), out.size());
+  }
+
+ private:
+  template <class Space, class T>
+  void allreduce_in(Space s, const group& g, const T* in, std::size_t n, T* out, std::size_t n_out, reduce_op op) {
+    check_type<T>();
+    int m = member("allreduce", g);
+    same_size("allreduce", g, n, n_out);
+    if (in != out && overlaps(in, n, out, n_out)) overlap_error("allreduce", g);
+    std::size_t gs = g.size();
+    std::size_t own = (m + 1) * n / gs - m * n / gs;  // the chunk this member reduces
+    count(op_kind::allreduce, ((gs - 1) * own + (n - own)) * sizeof(T), ((gs - 1) * own + (n - own)) * sizeof(T));
+    in_communicator_memory(s, in, n, out, n_out, [&](const T* i, T* o) { impl_->allreduce(g, i, o, n, dtype_of<T>, op); });
+  }
+
+  template <class Space, class T>
+  void allgather_in(Space s, const group& g, const T* in, std::size_t n, T* out, std::size_t n_out) {
     check_type<T>();
     member("allgather", g);
     std::size_t gs = g.size();
-    if (out.size() != gs * in.size()) {
+    if (n_out != gs * n) {
       throw shape_error(detail::cat("allgather over group ", detail::list(g.devices), " (", g.label, "): the output holds ",
-                                    out.size(), " elements, but ", gs, " members of ", in.size(), " need ", gs * in.size()));
+                                    n_out, " elements, but ", gs, " members of ", n, " need ", gs * n));
     }
-    if (overlaps(in, out)) overlap_error("allgather", g);
-    std::size_t bytes = (gs - 1) * in.size() * sizeof(T);
+    if (overlaps(in, n, out, n_out)) overlap_error("allgather", g);
+    std::size_t bytes = (gs - 1) * n * sizeof(T);
     count(op_kind::allgather, bytes, bytes);
-    impl_->allgather(g, in.data(), out.data(), in.size(), dtype_of<T>);
+    in_communicator_memory(s, in, n, out, n_out, [&](const T* i, T* o) { impl_->allgather(g, i, o, n, dtype_of<T>); });
   }
+
+ public:
 
   // Reduces the members' `in` and leaves block m (of size out.size()) on member m.
   template <class T>
   void reduce_scatter(const group& g, std::span<const std::type_identity_t<T>> in, std::span<T> out, reduce_op op = reduce_op::sum) {
-    check_type<T>();
-    member("reduce_scatter", g);
-    std::size_t gs = g.size();
-    if (in.size() != gs * out.size()) {
-      throw shape_error(detail::cat("reduce_scatter over group ", detail::list(g.devices), " (", g.label, "): the input holds ",
-                                    in.size(), " elements, but ", gs, " blocks of ", out.size(), " need ", gs * out.size()));
-    }
-    if (overlaps(in, out)) overlap_error("reduce_scatter", g);
-    std::size_t bytes = (gs - 1) * out.size() * sizeof(T);
-    count(op_kind::reduce_scatter, bytes, bytes);
-    impl_->reduce_scatter(g, in.data(), out.data(), out.size(), dtype_of<T>, op);
+    reduce_scatter_in(host_space{}, g, in.data(), in.size(), out.data(), out.size(), op);
   }
 
   // Block j of `in` goes to member j; block j of `out` comes from member j.
   template <class T>
   void alltoall(const group& g, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
-    check_type<T>();
-    member("alltoall", g);
-    same_size("alltoall", g, in.size(), out.size());
-    std::size_t gs = g.size();
-    if (in.size() % gs != 0) {
-      throw shape_error(detail::cat("alltoall over group ", detail::list(g.devices), " (", g.label, "): ", in.size(),
-                                    " elements do not split into ", gs, " equal blocks"));
-    }
-    if (overlaps(in, out)) overlap_error("alltoall", g);
-    std::size_t block = in.size() / gs, bytes = (gs - 1) * block * sizeof(T);
-    count(op_kind::alltoall, bytes, bytes);
-    impl_->alltoall(g, in.data(), out.data(), block, dtype_of<T>);
+    alltoall_in(host_space{}, g, in.data(), in.size(), out.data(), out.size());
   }
 
   // Member `root` (an index into the group) sends `buffer` to every member.
   template <class T>
   void broadcast(const group& g, std::span<T> buffer, int root) {
+    broadcast_in(host_space{}, g, buffer.data(), buffer.size(), root);
+  }
+
+ private:
+  template <class Space, class T>
+  void reduce_scatter_in(Space s, const group& g, const T* in, std::size_t n_in, T* out, std::size_t n, reduce_op op) {
+    check_type<T>();
+    member("reduce_scatter", g);
+    std::size_t gs = g.size();
+    if (n_in != gs * n) {
+      throw shape_error(detail::cat("reduce_scatter over group ", detail::list(g.devices), " (", g.label, "): the input holds ",
+                                    n_in, " elements, but ", gs, " blocks of ", n, " need ", gs * n));
+    }
+    if (overlaps(in, n_in, out, n)) overlap_error("reduce_scatter", g);
+    std::size_t bytes = (gs - 1) * n * sizeof(T);
+    count(op_kind::reduce_scatter, bytes, bytes);
+    in_communicator_memory(s, in, n_in, out, n, [&](const T* i, T* o) { impl_->reduce_scatter(g, i, o, n, dtype_of<T>, op); });
+  }
+
+  template <class Space, class T>
+  void alltoall_in(Space s, const group& g, const T* in, std::size_t n, T* out, std::size_t n_out) {
+    check_type<T>();
+    member("alltoall", g);
+    same_size("alltoall", g, n, n_out);
+    std::size_t gs = g.size();
+    if (n % gs != 0) {
+      throw shape_error(detail::cat("alltoall over group ", detail::list(g.devices), " (", g.label, "): ", n,
+                                    " elements do not split into ", gs, " equal blocks"));
+    }
+    if (overlaps(in, n, out, n_out)) overlap_error("alltoall", g);
+    std::size_t block = n / gs, bytes = (gs - 1) * block * sizeof(T);
+    count(op_kind::alltoall, bytes, bytes);
+    in_communicator_memory(s, in, n, out, n_out, [&](const T* i, T* o) { impl_->alltoall(g, i, o, block, dtype_of<T>); });
+  }
+
+  template <class Space, class T>
+  void broadcast_in(Space s, const group& g, T* buffer, std::size_t n, int root) {
     check_type<T>();
     int m = member("broadcast", g);
     if (root < 0 || root >= g.size()) {
       throw device_error(detail::cat("broadcast over group ", detail::list(g.devices), " (", g.label, "): root ", root,
                                      " is not a member index (the group has ", g.size(), " members)"));
     }
-    std::size_t bytes = buffer.size() * sizeof(T);
+    std::size_t bytes = n * sizeof(T);
     if (m == root) count(op_kind::broadcast, (g.size() - 1) * bytes, 0);
     else count(op_kind::broadcast, 0, bytes);
-    impl_->broadcast(g, buffer.data(), buffer.size(), dtype_of<T>, root);
+    in_communicator_memory(s, buffer, n, buffer, n, [&](const T*, T* b) { impl_->broadcast(g, b, n, dtype_of<T>, root); });
   }
+
+ public:
 
   // Buffered: returns once the data is copied out; the receiver's recv takes
   // it. Tags are 0 or more; messages with different tags do not mix.
   template <class T>
   void send(int to, std::span<T> data, int tag = 0) {
-    using E = std::remove_cv_t<T>;
-    check_type<E>();
-    peer("send to", to);
-    check_tag(tag);
-    count(op_kind::send, data.size() * sizeof(E), 0);
-    impl_->send(to, data.data(), data.size(), dtype_of<E>, tag);
+    send_in(host_space{}, to, static_cast<const T*>(data.data()), data.size(), tag);
   }
-
   template <class T>
   void recv(int from, std::span<T> data, int tag = 0) {
-    check_type<T>();
-    peer("recv from", from);
-    check_tag(tag);
-    count(op_kind::recv, 0, data.size() * sizeof(T));
-    impl_->recv(from, data.data(), data.size(), dtype_of<T>, tag);
+    recv_in(host_space{}, from, data.data(), data.size(), tag);
   }
 
   // A message of the operation `what` (its full description, the same on
@@ -158,24 +180,107 @@ class device {
   // them in another order).
   template <class T>
   void send_labelled(std::string_view what, int to, std::span<T> data) {
+    send_labelled_in(host_space{}, what, to, static_cast<const T*>(data.data()), data.size());
+  }
+  template <class T>
+  void recv_labelled(std::string_view what, int from, std::span<T> data) {
+    recv_labelled_in(host_space{}, what, from, data.data(), data.size());
+  }
+
+#if defined(TYPEMESH_CUDA)
+  // The same calls on GPU memory (a cuda_mesh tensor's elements). A
+  // communicator of host memory (host threads, MPI) gets them staged through
+  // the host; one of GPU memory (NCCL) takes them as they are.
+  template <class T>
+  void allreduce(const group& g, backend::device_span<const std::type_identity_t<T>> in, backend::device_span<T> out,
+                 reduce_op op = reduce_op::sum) {
+    allreduce_in(cuda_space{}, g, in.data(), in.size(), out.data(), out.size(), op);
+  }
+  template <class T>
+  void allreduce(const group& g, backend::device_span<T> inout, reduce_op op = reduce_op::sum) {
+    allreduce_in(cuda_space{}, g, inout.data(), inout.size(), inout.data(), inout.size(), op);
+  }
+  template <class T>
+  void allgather(const group& g, backend::device_span<const std::type_identity_t<T>> in, backend::device_span<T> out) {
+    allgather_in(cuda_space{}, g, in.data(), in.size(), out.data(), out.size());
+  }
+  template <class T>
+  void reduce_scatter(const group& g, backend::device_span<const std::type_identity_t<T>> in,
+                      backend::device_span<T> out, reduce_op op = reduce_op::sum) {
+    reduce_scatter_in(cuda_space{}, g, in.data(), in.size(), out.data(), out.size(), op);
+  }
+  template <class T>
+  void alltoall(const group& g, backend::device_span<const std::type_identity_t<T>> in, backend::device_span<T> out) {
+    alltoall_in(cuda_space{}, g, in.data(), in.size(), out.data(), out.size());
+  }
+  template <class T>
+  void broadcast(const group& g, backend::device_span<T> buffer, int root) {
+    broadcast_in(cuda_space{}, g, buffer.data(), buffer.size(), root);
+  }
+  template <class T>
+  void send(int to, backend::device_span<T> data, int tag = 0) {
+    send_in(cuda_space{}, to, static_cast<const T*>(data.data()), data.size(), tag);
+  }
+  template <class T>
+  void recv(int from, backend::device_span<T> data, int tag = 0) {
+    recv_in(cuda_space{}, from, data.data(), data.size(), tag);
+  }
+  template <class T>
+  void send_labelled(std::string_view what, int to, backend::device_span<T> data) {
+    send_labelled_in(cuda_space{}, what, to, static_cast<const T*>(data.data()), data.size());
+  }
+  template <class T>
+  void recv_labelled(std::string_view what, int from, backend::device_span<T> data) {
+    recv_labelled_in(cuda_space{}, what, from, data.data(), data.size());
+  }
+#endif
+
+ private:
+  template <class Space, class T>
+  void send_in(Space s, int to, const T* data, std::size_t n, int tag) {
     using E = std::remove_cv_t<T>;
     check_type<E>();
     peer("send to", to);
-    detail::message_label label{detail::message_label::identity_of(what), labelled_sent_[to], data.size(), dtype_of<E>,
-                                std::string(what)};
-    const auto bytes = label.encode();
-    impl_->send(to, bytes.data(), bytes.size(), dtype::u8, detail::labelled_tag);
-    ++labelled_sent_[to];
-    count(op_kind::send, data.size() * sizeof(E), 0);
-    impl_->send(to, data.data(), data.size(), dtype_of<E>, detail::labelled_tag);
+    check_tag(tag);
+    count(op_kind::send, n * sizeof(E), 0);
+    in_communicator_memory<Space, E>(s, data, n, nullptr, 0, [&](const E* d, E*) { impl_->send(to, d, n, dtype_of<E>, tag); });
   }
 
-  template <class T>
-  void recv_labelled(std::string_view what, int from, std::span<T> data) {
+  template <class Space, class T>
+  void recv_in(Space s, int from, T* data, std::size_t n, int tag) {
+    check_type<T>();
+    peer("recv from", from);
+    check_tag(tag);
+    count(op_kind::recv, 0, n * sizeof(T));
+    in_communicator_memory<Space, T>(s, nullptr, 0, data, n, [&](const T*, T* d) { impl_->recv(from, d, n, dtype_of<T>, tag); });
+  }
+
+  template <class Space, class T>
+  void send_labelled_in(Space s, std::string_view what, int to, const T* data, std::size_t n) {
+    using E = std::remove_cv_t<T>;
+    check_type<E>();
+    peer("send to", to);
+    detail::message_label label{detail::message_label::identity_of(what), labelled_sent_[to], n, dtype_of<E>,
+                                std::string(what)};
+    const auto bytes = label.encode();
+    in_communicator_memory<host_space, std::uint8_t>({}, bytes.data(), bytes.size(), nullptr, 0, [&](const std::uint8_t* b, std::uint8_t*) {
+      impl_->send(to, b, bytes.size(), dtype::u8, detail::labelled_tag);
+    });
+    ++labelled_sent_[to];
+    count(op_kind::send, n * sizeof(E), 0);
+    in_communicator_memory<Space, E>(s, data, n, nullptr, 0, [&](const E* d, E*) {
+      impl_->send(to, d, n, dtype_of<E>, detail::labelled_tag);
+    });
+  }
+
+  template <class Space, class T>
+  void recv_labelled_in(Space s, std::string_view what, int from, T* data, std::size_t n) {
     check_type<T>();
     peer("recv from", from);
     std::array<std::uint8_t, detail::message_label::bytes> bytes;
-    impl_->recv(from, bytes.data(), bytes.size(), dtype::u8, detail::labelled_tag);
+    in_communicator_memory<host_space, std::uint8_t>({}, nullptr, 0, bytes.data(), bytes.size(), [&](const std::uint8_t*, std::uint8_t* b) {
+      impl_->recv(from, b, bytes.size(), dtype::u8, detail::labelled_tag);
+    });
     const auto label = detail::message_label::decode(bytes.data());
     const std::uint64_t expected = labelled_received_[from]++;
     if (label.identity != detail::message_label::identity_of(what) || label.sequence != expected) {
@@ -184,15 +289,48 @@ class device {
           ", but device ", from, "'s message ", label.sequence, " belongs to ", label.what,
           ": a device skipped a transfer, or the devices ran their transfers in different orders"));
     }
-    if (label.count != data.size() || label.type != dtype_of<T>) {
-      throw collective_error(detail::cat("device ", id(), " expects ", data.size(), " ", name_of(dtype_of<T>),
+    if (label.count != n || label.type != dtype_of<T>) {
+      throw collective_error(detail::cat("device ", id(), " expects ", n, " ", name_of(dtype_of<T>),
                                          " from device ", from, ", but device ", from, " sent ", label.count, " ",
                                          name_of(label.type)));
     }
-    count(op_kind::recv, 0, data.size() * sizeof(T));
-    impl_->recv(from, data.data(), data.size(), dtype_of<T>, detail::labelled_tag);
+    count(op_kind::recv, 0, n * sizeof(T));
+    in_communicator_memory<Space, T>(s, nullptr, 0, data, n, [&](const T*, T* d) {
+      impl_->recv(from, d, n, dtype_of<T>, detail::labelled_tag);
+    });
   }
 
+  // Runs call(in, out) on buffers in the communicator's memory: the caller's
+  // own where they are already there, else copies (in copied over before,
+  // out copied back after; in == out stays one buffer). in or out may be
+  // absent (null, 0 elements).
+  template <class Space, class T, class Call>
+  void in_communicator_memory(Space, const T* in, [[maybe_unused]] std::size_t n_in, T* out,
+                              [[maybe_unused]] std::size_t n_out, Call call) {
+#if defined(TYPEMESH_CUDA)
+    constexpr bool on_gpu = std::is_same_v<Space, cuda_space>;
+    if (impl_->gpu_buffers() != on_gpu) {
+      if (on_gpu) stage<host_space>(Space{}, in, n_in, out, n_out, call);
+      else stage<cuda_space>(Space{}, in, n_in, out, n_out, call);
+      return;
+    }
+#endif
+    call(in, out);
+  }
+
+#if defined(TYPEMESH_CUDA)
+  template <class To, class From, class T, class Call>
+  static void stage(From from, const T* in, std::size_t n_in, T* out, std::size_t n_out, Call& call) {
+    const bool one = in != nullptr && static_cast<const T*>(out) == in;
+    backend::scratch<T, To> staged_in(one ? 0 : n_in), staged_out(n_out);
+    T* i = one ? staged_out.data() : staged_in.data();
+    if (in) backend::copy_elements(To{}, i, from, in, n_in);
+    call(in ? i : nullptr, out ? staged_out.data() : nullptr);
+    if (out) backend::copy_elements(from, out, To{}, staged_out.data(), n_out);
+  }
+#endif
+
+ public:
   void barrier(const group& g) {
     member("barrier", g);
     count(op_kind::barrier, 0, 0);
@@ -206,6 +344,7 @@ class device {
     virtual int device_count() const = 0;
     virtual int local_device() const = 0;
     virtual int devices_on_node() const = 0;
+    virtual bool gpu_buffers() const = 0;
     virtual void allreduce(const group&, const void*, void*, std::size_t, dtype, reduce_op) = 0;
     virtual void allgather(const group&, const void*, void*, std::size_t, dtype) = 0;
     virtual void reduce_scatter(const group&, const void*, void*, std::size_t, dtype, reduce_op) = 0;
@@ -223,6 +362,11 @@ class device {
     int device_count() const override { return c.device_count(); }
     int local_device() const override { return c.local_device(); }
     int devices_on_node() const override { return c.devices_on_node(); }
+    // A communicator whose buffers are GPU memory says so (NCCL).
+    bool gpu_buffers() const override {
+      if constexpr (requires { typename C::memory_space; }) return std::is_same_v<typename C::memory_space, cuda_space>;
+      else return false;
+    }
     void allreduce(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) override {
       c.allreduce(g, in, out, n, t, op);
     }
@@ -296,11 +440,11 @@ class device {
     }
   }
 
-  template <class A, class B>
-  static bool overlaps(std::span<A> a, std::span<B> b) {
-    auto a0 = reinterpret_cast<const char*>(a.data()), a1 = a0 + a.size_bytes();
-    auto b0 = reinterpret_cast<const char*>(b.data()), b1 = b0 + b.size_bytes();
-    return a.size() && b.size() && a0 < b1 && b0 < a1;
+  template <class T>
+  static bool overlaps(const T* a, std::size_t na, const T* b, std::size_t nb) {
+    auto a0 = reinterpret_cast<std::uintptr_t>(a), a1 = a0 + na * sizeof(T);
+    auto b0 = reinterpret_cast<std::uintptr_t>(b), b1 = b0 + nb * sizeof(T);
+    return na && nb && a0 < b1 && b0 < a1;
   }
 
   [[noreturn]] static void overlap_error(const char* what, const group& g) {

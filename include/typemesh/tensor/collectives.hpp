@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <utility>
 #include <cstddef>
 #include <cstdint>
 
@@ -78,8 +79,8 @@ using split_layout = std::conditional_t<S::template has<D> && M::template has<A>
 
 // Copies `parts` equal blocks of `src` along dim `d` into consecutive blocks
 // of `dst` (block j = range j of dim d), or back when `unpack`.
-template <class T, std::size_t Rank>
-void blocks_along(const T* packed_or_src, T* dst_or_packed, const std::array<std::int64_t, Rank>& extent, std::size_t d,
+template <class Space, class T, std::size_t Rank>
+void blocks_along(Space s, const T* packed_or_src, T* dst_or_packed, const std::array<std::int64_t, Rank>& extent, std::size_t d,
                   int parts, bool unpack) {
   std::array<std::int64_t, Rank> part = extent;
   part[d] /= parts;
@@ -88,8 +89,8 @@ void blocks_along(const T* packed_or_src, T* dst_or_packed, const std::array<std
   for (int j = 0; j < parts; ++j) {
     backend::region<Rank> whole{extent, {}}, piece{part, {}};
     whole.begin[d] = j * part[d];
-    if (unpack) backend::copy_box(host_space{}, packed_or_src + j * block, piece, dst_or_packed, whole, part);
-    else backend::copy_box(host_space{}, packed_or_src, whole, dst_or_packed + j * block, piece, part);
+    if (unpack) backend::copy_box(s, packed_or_src + j * block, piece, dst_or_packed, whole, part);
+    else backend::copy_box(s, packed_or_src, whole, dst_or_packed + j * block, piece, part);
   }
 }
 
@@ -122,9 +123,9 @@ allconcat_t<D, T, S, L, M> allconcat(const tensor<T, S, L, M>& x) {
     using A = typename L::template axis_of<D>;
     if (x.holds_data()) {
       group g = x.mesh().template group_along<A>(x.device());
-      backend::storage<T> gathered(out.local().size());
+      backend::storage<T, space_of<M>> gathered(out.local().size());
       this_device().allgather(g, x.local(), backend::view(gathered));
-      collectives_detail::blocks_along(backend::view(gathered).data(), out.local().data(), out.local_extent(),
+      collectives_detail::blocks_along(x.space(), backend::view(gathered).data(), out.local().data(), out.local_extent(),
                                        S::template index_of<D>, g.size(), /*unpack=*/true);
     }
     return out;
@@ -176,10 +177,10 @@ allsplit_t<D, A, T, S, L, M> reduce_scatter(const tensor<T, S, L, M>& x, reduce_
     out_t out(x.mesh(), x.shape());
     if (x.holds_data()) {
       group g = x.mesh().template group_along<A>(x.device());
-      backend::storage<T> packed(x.local().size());
-      collectives_detail::blocks_along(x.local().data(), backend::view(packed).data(), x.local_extent(),
+      backend::storage<T, space_of<M>> packed(x.local().size());
+      collectives_detail::blocks_along(x.space(), x.local().data(), backend::view(packed).data(), x.local_extent(),
                                        S::template index_of<D>, g.size(), /*unpack=*/false);
-      this_device().reduce_scatter(g, std::span<const T>(backend::view(packed)), out.local(), op);
+      this_device().reduce_scatter(g, backend::view(std::as_const(packed)), out.local(), op);
     }
     return out;
   }
@@ -196,11 +197,11 @@ alltoall_t<From, To, T, S, L, M> alltoall(const tensor<T, S, L, M>& x) {
     out_t out(x.mesh(), x.shape());
     if (x.holds_data()) {
       group g = x.mesh().template group_along<A>(x.device());
-      backend::storage<T> packed(x.local().size()), received(x.local().size());
-      collectives_detail::blocks_along(x.local().data(), backend::view(packed).data(), x.local_extent(),
+      backend::storage<T, space_of<M>> packed(x.local().size()), received(x.local().size());
+      collectives_detail::blocks_along(x.space(), x.local().data(), backend::view(packed).data(), x.local_extent(),
                                        S::template index_of<To>, g.size(), /*unpack=*/false);
-      this_device().alltoall(g, std::span<const T>(backend::view(packed)), backend::view(received));
-      collectives_detail::blocks_along(backend::view(received).data(), out.local().data(), out.local_extent(),
+      this_device().alltoall(g, backend::view(std::as_const(packed)), backend::view(received));
+      collectives_detail::blocks_along(x.space(), backend::view(received).data(), out.local().data(), out.local_extent(),
                                        S::template index_of<From>, g.size(), /*unpack=*/true);
     }
     return out;

@@ -39,7 +39,7 @@ tensor<T, Shape, Layout, Mesh> import_tensor(const Mesh& m, const host_tensor<T,
   }
   tensor<T, Shape, Layout, Mesh> t(m, whole.shape());
   if (t.holds_data()) {
-    backend::storage<T> staged(whole.values().begin(), whole.values().end());
+    const backend::storage<T, space_of<Mesh>> staged(whole.values().begin(), whole.values().end());
     backend::copy_box(t.space(), backend::view(staged).data(), {whole.shape().sizes(), t.slice().begin},
                       t.local().data(), t.local_region(), t.local_extent());
   }
@@ -54,14 +54,15 @@ host_tensor<T, Shape> export_tensor(const tensor<T, Shape, Layout, Mesh>& t) {
   if (!t.holds_data()) return {};
   group g = detail::splitting_group(t);
   const std::size_t n = t.local().size();
-  backend::storage<T> blocks(n * g.size()), gathered(t.shape().elements());
+  backend::storage<T, space_of<Mesh>> blocks(n * g.size()), gathered(t.shape().elements());
   this_device().allgather(g, t.local(), backend::view(blocks));
   for (int j = 0; j < g.size(); ++j) {
     backend::copy_box(t.space(), backend::view(blocks).data() + j * n, t.local_region(), backend::view(gathered).data(),
                       {t.shape().sizes(), t.slice_of(g.devices[j])->begin}, t.local_extent());
   }
   host_tensor<T, Shape> whole(t.shape());
-  std::copy(gathered.begin(), gathered.end(), whole.values().begin());
+  backend::copy_elements(host_space{}, whole.values().data(), t.space(), backend::view(gathered).data(),
+                         gathered.size());
   return whole;
 }
 

@@ -62,6 +62,9 @@ class tensor {
       }
     }
     if (auto c = m.coordinate_of(device_)) {
+#if defined(TYPEMESH_CUDA)
+      if constexpr (std::is_same_v<space_type, cuda_space>) backend::cuda::use_gpu_of(dev.local_id());
+#endif
       slice_ = geometry::slice_at(s, m, *c);
       if (zero) local_.resize(slice_.elements(), T{});
       else local_.resize(slice_.elements());
@@ -117,7 +120,7 @@ class tensor {
       throw device_error(detail::cat("item(): device ", device_, " is outside ", mesh_.describe(),
                                      " and holds no value; read it on a device of that mesh"));
     }
-    return local_[0];
+    return backend::read_one(space(), data());
   }
 
   // Any device's slice, or nothing for a device outside the mesh.

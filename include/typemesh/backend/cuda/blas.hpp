@@ -1,0 +1,98 @@
+// Matrix multiplication on the CUDA space: cuBLAS, one handle per thread and
+// GPU, on the default stream the other kernels use.
+//
+// FP32 products are exact FP32 by default. set_gpu_math(gpu_math::tf32)
+// lets cuBLAS use TF32 tensor cores (about 10 mantissa bits per product,
+// FP32 accumulation), and gpu_math::bf16 BF16 ones; both trade accuracy for
+// speed, so the gradient checks run at fp32. FP64 is unaffected.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+
+#include "typemesh/backend/cuda/runtime.hpp"
+#include "typemesh/core/space.hpp"
+
+namespace typemesh {
+
+// How cuBLAS may compute FP32 products (process-wide).
+enum class gpu_math { fp32, tf32, bf16 };
+
+namespace backend::cuda {
+inline std::atomic<gpu_math>& math_setting() {
+  static std::atomic<gpu_math> m{gpu_math::fp32};
+  return m;
+}
+
+inline void check_blas(cublasStatus_t status, std::string_view call) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  int gpu = -1;
+  (void)cudaGetDevice(&gpu);
+  throw device_error(typemesh::detail::cat(call, " failed on GPU ", gpu, ": ", cublasGetStatusName(status), " (",
+                                           cublasGetStatusString(status), ")"));
+}
+
+// This thread's handle for its current GPU, made on first use.
+inline cublasHandle_t blas_handle() {
+  struct handles {
+    std::unordered_map<int, cublasHandle_t> by_gpu;
+    ~handles() {
+      for (auto& [gpu, h] : by_gpu) (void)cublasDestroy(h);
+    }
+  };
+  thread_local handles mine;
+  int gpu = 0;
+  check(cudaGetDevice(&gpu), "cudaGetDevice", "choosing the cuBLAS handle");
+  auto [it, made] = mine.by_gpu.try_emplace(gpu, nullptr);
+  if (made) check_blas(cublasCreate(&it->second), "cublasCreate");
+  return it->second;
+}
+
+inline cublasComputeType_t fp32_compute(gpu_math m) {
+  switch (m) {
+    case gpu_math::tf32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case gpu_math::bf16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case gpu_math::fp32: break;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+}  // namespace backend::cuda
+
+inline void set_gpu_math(gpu_math m) { backend::cuda::math_setting().store(m); }
+
+namespace backend {
+
+// On the CUDA space, C (m x n) = alpha * op(A) * op(B) + beta * C, row-major,
+// as the host's gemm. cuBLAS is column-major: a row-major C is a column-major
+// C^T = op(B)^T op(A)^T, so A and B swap places.
+template <class T>
+void gemm(cuda_space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+          std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "typemesh: matrix products on the CUDA space are float or double");
+  if (m == 0 || n == 0) return;
+  for (std::int64_t v : {m, n, k, lda, ldb, ldc}) {
+    if (v > std::numeric_limits<int>::max()) {
+      throw shape_error(typemesh::detail::cat("a GPU matrix product of ", m, " x ", k, " by ", k, " x ", n,
+                                              " has a size or row stride over cuBLAS's 32-bit limit"));
+    }
+  }
+  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cudaDataType_t type = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_64F;
+  const cublasComputeType_t compute =
+      std::is_same_v<T, float> ? cuda::fp32_compute(cuda::math_setting().load()) : CUBLAS_COMPUTE_64F;
+  cuda::check_blas(cublasGemmEx(cuda::blas_handle(), tb, ta, static_cast<int>(n), static_cast<int>(m),
+                                static_cast<int>(k), &alpha, b, type, static_cast<int>(ldb), a, type,
+                                static_cast<int>(lda), &beta, c, type, static_cast<int>(ldc), compute,
+                                CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx");
+}
+
+}  // namespace backend
+}  // namespace typemesh
