@@ -23,7 +23,8 @@
 // run: an event recorded there); before returning, the host polls it until
 // the call is complete, so the results are visible to the default stream.
 // NCCL chooses its own reduction order: float sums agree with the host
-// backend's up to rounding, not bit for bit.
+// backend's up to rounding, not bit for bit. A call that moves nothing
+// (every member passes the same count, here 0) makes no NCCL call at all.
 //
 // Point-to-point messages go through host memory: send copies the device
 // buffer into pinned host memory and posts it over the bootstrap's message
@@ -203,6 +204,7 @@ class nccl_device_state {
             "setting up the NCCL backend");
       check(cudaMalloc(reinterpret_cast<void**>(&barrier_word_), sizeof(std::int32_t)), "cudaMalloc",
             "setting up the NCCL backend");
+      check(cudaMemset(barrier_word_, 0, sizeof(std::int32_t)), "cudaMemset", "setting up the NCCL backend");
     } catch (...) {
       release();
       throw;
@@ -229,12 +231,13 @@ class nccl_device_state {
     const std::string where = describe("allreduce", g);
     const ncclDataType_t type = detail::nccl_datatype(t, where);
     const ncclRedOp_t reduction = detail::nccl_reduction(op, where);
-    collective("allreduce", g, [&](ncclComm_t c) { return ncclAllReduce(in, out, n, type, reduction, c, stream_); });
+    collective("allreduce", g, [&](ncclComm_t c) { return ncclAllReduce(in, out, n, type, reduction, c, stream_); },
+               n == 0);
   }
 
   void allgather(const group& g, const void* in, void* out, std::size_t n, dtype t) {
     const ncclDataType_t type = detail::nccl_datatype(t, describe("allgather", g));
-    collective("allgather", g, [&](ncclComm_t c) { return ncclAllGather(in, out, n, type, c, stream_); });
+    collective("allgather", g, [&](ncclComm_t c) { return ncclAllGather(in, out, n, type, c, stream_); }, n == 0);
   }
 
   void reduce_scatter(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
@@ -242,7 +245,7 @@ class nccl_device_state {
     const ncclDataType_t type = detail::nccl_datatype(t, where);
     const ncclRedOp_t reduction = detail::nccl_reduction(op, where);
     collective("reduce_scatter", g,
-               [&](ncclComm_t c) { return ncclReduceScatter(in, out, n, type, reduction, c, stream_); });
+               [&](ncclComm_t c) { return ncclReduceScatter(in, out, n, type, reduction, c, stream_); }, n == 0);
   }
 
   void alltoall(const group& g, const void* in, void* out, std::size_t n, dtype t) {
@@ -258,12 +261,13 @@ class nccl_device_state {
       }
       const ncclResult_t end = ncclGroupEnd();
       return first != ncclSuccess ? first : end;
-    });
+    }, n == 0);
   }
 
   void broadcast(const group& g, void* buffer, std::size_t n, dtype t, int root) {
     const ncclDataType_t type = detail::nccl_datatype(t, describe("broadcast", g));
-    collective("broadcast", g, [&](ncclComm_t c) { return ncclBroadcast(buffer, buffer, n, type, root, c, stream_); });
+    collective("broadcast", g, [&](ncclComm_t c) { return ncclBroadcast(buffer, buffer, n, type, root, c, stream_); },
+               n == 0);
   }
 
   void barrier(const group& g) {
@@ -301,8 +305,10 @@ class nccl_device_state {
 
   // Runs one NCCL call on g's communicator after the default stream's work
   // and waits until it has completed.
+  // Nothing to move (every member has the same count) makes no NCCL call.
   template <class Issue>
-  void collective(std::string_view what, const group& g, Issue issue) {
+  void collective(std::string_view what, const group& g, Issue issue, bool empty = false) {
+    if (empty) return;
     const std::string where = describe(what, g);
     check(cudaSetDevice(gpu_), "cudaSetDevice", where);
     ncclComm_t comm = communicator_of(g, what);
