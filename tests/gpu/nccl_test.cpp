@@ -1,8 +1,10 @@
 // The NCCL communicator on two GPUs: every collective against a plain serial
 // computation, group caching, tags, send-ahead on both sides, timeouts when a
 // peer never comes, a failure on one device, and bad element types and
-// reductions. Compiled by nvcc (tests/gpu/register.cmake). Tests that need
-// GPUs skip, saying why, where there are too few.
+// reductions. Compiled by nvcc and linked against the CUDA runtime and NCCL
+// (tests/gpu/register.cmake); tests that need GPUs skip, saying why, where
+// there are too few. Also compiled by the host compiler and linked against
+// cuda_stand_in.cpp, where the same tests check the backend's own logic.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>

@@ -9,7 +9,24 @@
 #
 # Without nvcc or the typemesh::nccl target a single test gpu.unavailable is
 # registered instead and reported as skipped.
+#
+# typemesh-test-gpu-stand-in is the same nccl_test.cpp compiled by the host
+# compiler and linked against cuda_stand_in.cpp, a CPU stand-in for the CUDA
+# runtime and NCCL, instead of the real libraries: the communicator's own
+# logic runs on every machine whose CUDA toolkit has nccl.h. Its tests are
+# stand_in.<name>, label "runtime".
 include_guard(GLOBAL)
+
+if(CUDAToolkit_FOUND AND TYPEMESH_NCCL_INCLUDE_DIR)
+  add_executable(typemesh-test-gpu-stand-in ${CMAKE_CURRENT_LIST_DIR}/nccl_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/cuda_stand_in.cpp)
+  target_include_directories(typemesh-test-gpu-stand-in SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS}
+    ${TYPEMESH_NCCL_INCLUDE_DIR})
+  target_link_libraries(typemesh-test-gpu-stand-in PRIVATE typemesh::typemesh GTest::gtest GTest::gtest_main)
+  target_compile_options(typemesh-test-gpu-stand-in PRIVATE -Wall -Wextra)
+  gtest_discover_tests(typemesh-test-gpu-stand-in TEST_PREFIX stand_in. DISCOVERY_TIMEOUT 60
+    PROPERTIES LABELS runtime TIMEOUT 300)
+endif()
 
 block(SCOPE_FOR VARIABLES)
   if(CMAKE_CUDA_COMPILER)
