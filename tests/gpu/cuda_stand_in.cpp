@@ -12,7 +12,7 @@
 // may); a collective completes, on every rank's stream, once every rank has
 // posted it, and ranks that post different collectives, counts or types put
 // the communicator in error. ncclGroupEnd reports ncclInProgress. Aborted
-// communicators' pending work is dropped.
+// (and destroyed) communicators' pending work is dropped.
 //
 // What it cannot show: anything about real GPUs, real NCCL or its timing.
 #include <cuda_runtime.h>
@@ -387,6 +387,11 @@ ncclResult_t ncclCommAbort(ncclComm_t handle) {
   reinterpret_cast<stand_in_comm*>(handle)->aborted = true;
   return ncclSuccess;
 }
+
+// Everything has been delivered at once here, so finalising only reports
+// ncclInProgress, as a nonblocking communicator may, until it is polled.
+ncclResult_t ncclCommFinalize(ncclComm_t handle) { return handle ? ncclInProgress : ncclInvalidArgument; }
+ncclResult_t ncclCommDestroy(ncclComm_t handle) { return ncclCommAbort(handle); }
 
 ncclResult_t ncclAllReduce(const void* in, void* out, std::size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
                            cudaStream_t s) {

@@ -43,7 +43,9 @@
 // timeout, an asynchronous NCCL error or another device's failure, the
 // group's communicator is aborted (ncclCommAbort) and dropped from the cache,
 // and the call throws timeout_error, collective_error or aborted_error naming
-// the call, the group and the device. Not detected (NCCL does not tell):
+// the call, the group and the device. At the end of a run a device's
+// communicators are finalised (flushed) and destroyed, or aborted after a
+// failure. Not detected (NCCL does not tell):
 // members that call different collectives or counts; that shows up as a
 // timeout or wrong data.
 #pragma once
@@ -148,6 +150,8 @@ class nccl_bootstrap {
   // Throws aborted_error when another device has failed (where a failure does
   // not end every process at once).
   virtual void check_running(std::string_view where) const = 0;
+  // Whether the run is stopping because a device failed.
+  virtual bool failing() const = 0;
 };
 
 // Threads of this process: the host backend's world carries the ids and messages.
@@ -164,6 +168,7 @@ class host_bootstrap final : public nccl_bootstrap {
   void check_running(std::string_view where) const override {
     if (world_->aborted()) world_->throw_aborted(comm_.device(), std::string(where));
   }
+  bool failing() const override { return world_->aborted(); }
 
  private:
   host_world* world_;
@@ -184,6 +189,7 @@ class mpi_bootstrap final : public nccl_bootstrap {
   void send(int to, const void* in, std::size_t n, dtype t, int tag) override { comm_.send(to, in, n, t, tag); }
   void recv(int from, void* out, std::size_t n, dtype t, int tag) override { comm_.recv(from, out, n, t, tag); }
   void check_running(std::string_view) const override {}
+  bool failing() const override { return false; }
 
  private:
   mpi_communicator comm_;
@@ -214,10 +220,15 @@ class nccl_device_state {
   nccl_device_state(const nccl_device_state&) = delete;
   nccl_device_state& operator=(const nccl_device_state&) = delete;
 
-  // Every call has completed before it returned, so aborting loses nothing,
-  // and unlike ncclCommFinalize it never waits for peers that may return
-  // much later (or never, after a failure).
-  ~nccl_device_state() { release(); }
+  // A call's completion on this GPU does not mean NCCL's helper threads have
+  // delivered everything to the peers (over a network), so the communicators
+  // are finalised, which flushes them, before they are destroyed: all at
+  // once, so that no order among devices matters, and for at most the
+  // launch timeout. After a failure, or past the timeout, they are aborted.
+  ~nccl_device_state() {
+    if (std::uncaught_exceptions() == 0 && !boot_->failing()) finalize_groups();
+    release();
+  }
 
   int device() const { return boot_->device(); }
   int device_count() const { return boot_->device_count(); }
@@ -458,6 +469,37 @@ class nccl_device_state {
   [[noreturn]] void fail(const group& g, ncclComm_t comm, const std::string& message) {
     drop(g, comm);
     throw collective_error(detail::cat(message, "; the group's NCCL communicator was aborted"));
+  }
+
+  void finalize_groups() noexcept {
+    cudaSetDevice(gpu_);
+    std::vector<ncclComm_t> flushing;
+    for (auto it = groups_.begin(); it != groups_.end();) {
+      const ncclResult_t rc = ncclCommFinalize(it->second);
+      if (rc == ncclSuccess || rc == ncclInProgress) {
+        flushing.push_back(it->second);
+        it = groups_.erase(it);
+      } else {
+        ++it;  // aborted by release()
+      }
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (!flushing.empty()) {
+      std::erase_if(flushing, [&](ncclComm_t comm) {
+        ncclResult_t state = ncclInProgress;
+        if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) state = ncclInternalError;
+        if (state == ncclInProgress) return false;
+        if (state == ncclSuccess) ncclCommDestroy(comm);
+        else ncclCommAbort(comm);
+        return true;
+      });
+      if (flushing.empty()) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        for (ncclComm_t comm : flushing) ncclCommAbort(comm);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 
   void release() noexcept {
