@@ -36,7 +36,8 @@
 // devices that send ahead and free a temporary before receiving could
 // deadlock. The channel already provides what messages need: tags that never
 // mix, FIFO per (peer, tag), a label channel, timeouts, "the sender has
-// returned", and the report of messages nobody received.
+// returned", and the report of messages nobody received. The price: a
+// message crosses the host bus twice instead of going GPU to GPU.
 //
 // Nothing waits forever: creation, every collective and every copy poll
 // (cudaStreamQuery, ncclCommGetAsyncError) until the launch timeout. On a
@@ -45,9 +46,10 @@
 // and the call throws timeout_error, collective_error or aborted_error naming
 // the call, the group and the device. At the end of a run a device's
 // communicators are finalised (flushed) and destroyed, or aborted after a
-// failure. Not detected (NCCL does not tell):
-// members that call different collectives or counts; that shows up as a
-// timeout or wrong data.
+// failure. Not detected (NCCL does not tell): members that call different
+// collectives or counts, and a member that has already returned from the
+// program (the host backend fails at once); these show up as a timeout or
+// wrong data.
 #pragma once
 
 #include <cuda_runtime.h>
