@@ -314,6 +314,12 @@ class device {
       else stage<cuda_space>(Space{}, in, n_in, out, n_out, call);
       return;
     }
+#else
+    if (impl_->gpu_buffers()) {
+      throw device_error(detail::cat("device ", id(), ": its communicator takes GPU memory (NCCL), but this program "
+                                     "was not compiled by nvcc, so host buffers cannot be staged to the GPU: build it "
+                                     "as CUDA (docs/backend.md)"));
+    }
 #endif
     call(in, out);
   }
