@@ -284,12 +284,12 @@ TEST_F(Gpu, ReplaceMeshBetweenHostAndGpu) {
   auto run = [&](bool via_gpu) {
     return typemesh::launch(4, [&] {
       host_mesh hm({2, 2});
-      gpu_mesh gm({4, 1});
+      gpu_mesh gm({2, 2}, typemesh::devices::range(0, 4));
       auto x = import_tensor<layout<batch(a0)>>(hm, host(shape<batch, k>{4, 6}, xs));
       x.requires_grad("x");
       auto y = [&] {
         if (!via_gpu) return typemesh::square(x);
-        auto on_gpu = typemesh::replace_mesh<layout<k(a0)>>(x, gm);
+        auto on_gpu = typemesh::replace_mesh<layout<k(a0), batch(a1)>>(x, gm);
         return typemesh::replace_mesh<layout<batch(a0)>>(typemesh::square(on_gpu), hm);
       }();
       return finish(weighted_sum(y), x);
