@@ -30,6 +30,10 @@ inline constexpr int first_launcher_slot = 0;
 // per-device results, indexed by device id, when f returns a value.
 template <class F>
 launch_result_t<F> launch(const launch_options& options, F&& f) {
+  static_assert(detail::launcher_names_unique<detail::first_launcher_slot<F>>(
+                    std::make_integer_sequence<int, launcher_slot_count>()),
+                "typemesh: two launchers of this program have the same name; launch_options::backend and "
+                "TYPEMESH_BACKEND could not say which one runs");
   const std::string_view name = chosen_launcher<detail::first_launcher_slot<F>>(options);
   return detail::run_launcher_named<detail::first_launcher_slot<F>>(name, options, f);
 }

@@ -19,7 +19,8 @@
 //   template <> struct typemesh::launcher_slot<3> { using type = my_launcher; };
 //
 // Slot numbers are taken once each: 0 host, 1 mpi, 2 nccl; 3 to 15 are free
-// (two backends in one slot do not compile: a redefinition). The automatic
+// (two backends in one slot do not compile: a redefinition; nor do two
+// launchers with one name, or a slot whose type is not a launcher). The automatic
 // choice asks detected() in slot order. The registration must come before
 // the first launch of every translation unit of the program (C++ leaves a
 // specialisation after the point of use undiagnosed, and files that saw
@@ -43,6 +44,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "typemesh/backend/blas.hpp"
@@ -133,7 +135,7 @@ constexpr bool check_launcher_slot() {
                 "typemesh: a launcher_slot's type must be a launcher (runtime/launcher.hpp): a static constexpr "
                 "std::string_view name, static bool detected() and template <class F> static auto "
                 "run(const launch_options&, F&)");
-  return true;
+  return launcher<L>;  // the callers skip a slot that fails, so that its error is the only one
 }
 
 // Calls visit(std::type_identity<L>{}) for each registered launcher in slot
@@ -145,8 +147,9 @@ bool visit_launchers(Visit&& visit) {
     return false;
   } else {
     if constexpr (filled_launcher_slot<Slot>) {
-      static_assert(check_launcher_slot<Slot>());
-      if (visit(std::type_identity<typename launcher_slot<Slot>::type>{})) return true;
+      if constexpr (check_launcher_slot<Slot>()) {
+        if (visit(std::type_identity<typename launcher_slot<Slot>::type>{})) return true;
+      }
     }
     return visit_launchers<Slot + 1>(visit);
   }
@@ -163,14 +166,31 @@ inline constexpr known_backend known_backends[] = {
     {"nccl", "link the typemesh::nccl CMake target (docs/backend.md)"},
 };
 
-template <class Visit>
-std::string launcher_name_list(Visit&& each) {
-  std::string text;
-  each([&](std::string_view name) { text += cat(text.empty() ? "" : ", ", name); });
-  return text;
+template <int Slot>
+constexpr std::string_view launcher_slot_name() {
+  if constexpr (filled_launcher_slot<Slot>) {
+    if constexpr (launcher<typename launcher_slot<Slot>::type>) return launcher_slot<Slot>::type::name;
+  }
+  return {};
+}
+
+// Whether no two registered launchers share a name (a name must say which).
+template <int First, int... Slots>
+constexpr bool launcher_names_unique(std::integer_sequence<int, Slots...>) {
+  const std::string_view names[] = {launcher_slot_name<First + Slots>()...};
+  for (std::size_t i = 0; i < sizeof...(Slots); ++i) {
+    for (std::size_t j = i + 1; j < sizeof...(Slots); ++j) {
+      if (!names[i].empty() && names[i] == names[j]) return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace detail
+
+// The functions below are templates whose parameter is always 0: a template
+// looks at the slots where the program calls it, after every backend
+// registered, where a plain function would look where this header is.
 
 // The names of this program's launchers, in slot order.
 template <int First = 0>
@@ -257,12 +277,13 @@ launch_result_t<F> run_launcher_named(std::string_view name, const launch_option
   } else {
     if constexpr (filled_launcher_slot<Slot>) {
       using L = typename launcher_slot<Slot>::type;
-      static_assert(check_launcher_slot<Slot>());
-      if (L::name == name) {
-        static_assert(std::is_same_v<decltype(L::run(options, f)), launch_result_t<F>>,
-                      "typemesh: a launcher's run(options, f) must return launch_result_t<F>: f's results indexed "
-                      "by device id, or void");
-        return L::run(options, f);
+      if constexpr (check_launcher_slot<Slot>()) {
+        if (L::name == name) {
+          static_assert(std::is_same_v<decltype(L::run(options, f)), launch_result_t<F>>,
+                        "typemesh: a launcher's run(options, f) must return launch_result_t<F>: f's results "
+                        "indexed by device id, or void");
+          return L::run(options, f);
+        }
       }
     }
     return run_launcher_named<Slot + 1>(name, options, f);
