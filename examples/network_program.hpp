@@ -203,7 +203,7 @@ class batch_cache {
 
 // How many devices this process drives.
 inline int local_devices(const typemesh::train::options& opts) {
-  return typemesh::detail::runs_on_mpi(opts.backend) ? 1 : opts.devices;
+  return typemesh::devices_in_this_process(opts.launch());
 }
 
 // The strategy's meshes, from the sizes too where the network asks for them
@@ -388,7 +388,7 @@ class network_program {
     const auto meshes = network_detail::make_meshes<net_t>(sizes, 1);
     typemesh::train::options one = opts;
     one.devices = 1;
-    one.backend = typemesh::backend_kind::host;
+    one.backend = "host";
     const std::int64_t steps = opts.total_steps();
     network_detail::reference_run r;
     typemesh::launch(one.launch(), [&](typemesh::device&) {

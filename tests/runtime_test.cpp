@@ -6,12 +6,71 @@
 #include <numeric>
 #include <thread>
 #include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <optional>
+#include <string_view>
+#include <type_traits>
 #include <fstream>
 #include <string>
 #include <sys/resource.h>
 #include <vector>
 
 #include "support.hpp"
+
+// A fourth backend, registered as docs/backend.md says a backend registers:
+// it runs the devices one after another on host threads, highest id first,
+// so a test can see that it ran. Only for functions that do not communicate.
+namespace launcher_test {
+inline std::vector<int> reverse_runs;  // the device ids in the order they ran
+
+struct reverse_launcher {
+  static constexpr std::string_view name = "reverse";
+  static bool detected() { return std::getenv("TYPEMESH_TEST_DETECT_REVERSE") != nullptr; }
+
+  template <class F>
+  static typemesh::launch_result_t<F> run(const typemesh::launch_options& options, F& f) {
+    using result = typemesh::detail::launch_call_result_t<F>;
+    typemesh::host_world world(options.devices, options.timeout);
+    std::vector<std::conditional_t<std::is_void_v<result>, char, std::optional<result>>> results(options.devices);
+    reverse_runs.clear();
+    for (int id = options.devices - 1; id >= 0; --id) {
+      std::exception_ptr failure;
+      std::thread([&] {
+        typemesh::device dev{typemesh::host_communicator(world, id)};
+        typemesh::detail::current_device() = &dev;
+        try {
+          reverse_runs.push_back(id);
+          if constexpr (std::is_void_v<result>) typemesh::detail::call_on(f, dev);
+          else results[id].emplace(typemesh::detail::call_on(f, dev));
+          world.mark_finished(id);
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        typemesh::detail::current_device() = nullptr;
+      }).join();
+      if (failure) std::rethrow_exception(failure);
+    }
+    if constexpr (!std::is_void_v<result>) {
+      std::vector<result> out;
+      for (auto& r : results) out.push_back(std::move(*r));
+      return out;
+    }
+  }
+};
+
+// Not a launcher: no name.
+struct nameless_launcher {
+  static bool detected() { return false; }
+  template <class F>
+  static void run(const typemesh::launch_options&, F&) {}
+};
+}  // namespace launcher_test
+
+template <>
+struct typemesh::launcher_slot<15> {
+  using type = launcher_test::reverse_launcher;
+};
 
 namespace {
 using namespace tt;
@@ -553,6 +612,116 @@ TEST(Launch, AThreadThatCannotStartIsAnErrorNotATermination) {
   EXPECT_NE(what.find("of 64"), std::string::npos) << what;
   EXPECT_LT(started.load(), 64);
 #endif
+}
+
+// --- Launchers: which one runs a launch ---------------------------------------
+
+static_assert(typemesh::launcher<typemesh::host_launcher>);
+static_assert(typemesh::launcher<launcher_test::reverse_launcher>);
+static_assert(!typemesh::launcher<launcher_test::nameless_launcher>);
+static_assert(!typemesh::launcher<int>);
+
+// Sets an environment variable for one test and puts the old value back.
+class scoped_env {
+ public:
+  scoped_env(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~scoped_env() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+auto ids_times_ten(device& dev) { return dev.id() * 10; }
+
+TEST(Launchers, TheProgramHasHostAndItsOwnLauncher) {
+  EXPECT_EQ(typemesh::launcher_names(), (std::vector<std::string_view>{"host", "reverse"}));
+  EXPECT_TRUE(typemesh::has_launcher("reverse"));
+  EXPECT_FALSE(typemesh::has_launcher("mpi"));
+}
+
+TEST(Launchers, ChosenByOption) {
+  scoped_env clear("TYPEMESH_BACKEND", nullptr);
+  scoped_env undetected("TYPEMESH_TEST_DETECT_REVERSE", nullptr);
+  EXPECT_EQ(typemesh::chosen_launcher({.devices = 4, .backend = "reverse"}), "reverse");
+  const auto ids = launch({.devices = 4, .backend = "reverse"}, ids_times_ten);
+  EXPECT_EQ(ids, (std::vector<int>{0, 10, 20, 30}));
+  EXPECT_EQ(launcher_test::reverse_runs, (std::vector<int>{3, 2, 1, 0}));
+
+  // Host runs them at once: a barrier of all four completes.
+  launcher_test::reverse_runs.clear();
+  EXPECT_EQ(typemesh::chosen_launcher({.devices = 4, .backend = "host"}), "host");
+  const auto host_ids = launch({.devices = 4, .backend = "host"}, [](device& dev) {
+    dev.barrier(group{{0, 1, 2, 3}, "all"});
+    return dev.id() * 10;
+  });
+  EXPECT_EQ(host_ids, (std::vector<int>{0, 10, 20, 30}));
+  EXPECT_TRUE(launcher_test::reverse_runs.empty());
+}
+
+TEST(Launchers, ChosenByEnvironmentUnlessTheOptionSaysOtherwise) {
+  scoped_env undetected("TYPEMESH_TEST_DETECT_REVERSE", nullptr);
+  scoped_env reverse("TYPEMESH_BACKEND", "reverse");
+  EXPECT_EQ(typemesh::chosen_launcher({.devices = 3}), "reverse");
+  launch(3, [] {});
+  EXPECT_EQ(launcher_test::reverse_runs, (std::vector<int>{2, 1, 0}));
+  EXPECT_EQ(typemesh::chosen_launcher({.devices = 3, .backend = "host"}), "host");
+  {
+    scoped_env empty("TYPEMESH_BACKEND", "");
+    EXPECT_EQ(typemesh::chosen_launcher({.devices = 3}), "host");
+  }
+}
+
+TEST(Launchers, AutomaticTakesTheFirstDetectedElseHost) {
+  scoped_env clear("TYPEMESH_BACKEND", nullptr);
+  {
+    scoped_env undetected("TYPEMESH_TEST_DETECT_REVERSE", nullptr);
+    EXPECT_EQ(typemesh::chosen_launcher({.devices = 2}), "host");
+    EXPECT_EQ(typemesh::devices_in_this_process({.devices = 2}), 2);
+  }
+  scoped_env detected("TYPEMESH_TEST_DETECT_REVERSE", "1");
+  EXPECT_EQ(typemesh::chosen_launcher({.devices = 2}), "reverse");
+  launcher_test::reverse_runs.clear();
+  const auto ids = launch(2, ids_times_ten);
+  EXPECT_EQ(ids, (std::vector<int>{0, 10}));
+  EXPECT_EQ(launcher_test::reverse_runs, (std::vector<int>{1, 0}));
+  // A name still wins over detection.
+  EXPECT_EQ(typemesh::chosen_launcher({.devices = 2, .backend = "host"}), "host");
+}
+
+TEST(Launchers, UnknownNamesListTheLaunchersThereAre) {
+  scoped_env clear("TYPEMESH_BACKEND", nullptr);
+  bool ran = false;
+  expect_error<typemesh::device_error>([&] { launch({.devices = 2, .backend = "gpu"}, [&] { ran = true; }); },
+                                       {"launch_options::backend", "'gpu'", "host, reverse", "docs/backend.md"});
+  {
+    scoped_env bad("TYPEMESH_BACKEND", "gpu");
+    expect_error<typemesh::device_error>([&] { launch(2, [&] { ran = true; }); },
+                                         {"TYPEMESH_BACKEND", "'gpu'", "host, reverse"});
+  }
+  EXPECT_FALSE(ran);
+}
+
+TEST(Launchers, KnownButAbsentNamesSayHowToGetThem) {
+  scoped_env clear("TYPEMESH_BACKEND", nullptr);
+  bool ran = false;
+  expect_error<typemesh::device_error>([&] { launch({.devices = 2, .backend = "mpi"}, [&] { ran = true; }); },
+                                       {"'mpi'", "host, reverse", "link the typemesh::mpi CMake target"});
+  {
+    scoped_env nccl("TYPEMESH_BACKEND", "nccl");
+    expect_error<typemesh::device_error>([&] { launch(2, [&] { ran = true; }); },
+                                         {"TYPEMESH_BACKEND", "'nccl'", "host, reverse", "typemesh::nccl"});
+  }
+  EXPECT_FALSE(ran);
 }
 
 }  // namespace

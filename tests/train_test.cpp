@@ -68,7 +68,7 @@ TEST(TrainFlags, DefaultsAreTheReferenceTrainers) {
   EXPECT_EQ(o.seq_len, 256);
   EXPECT_EQ(o.model_size, "small");
   EXPECT_DOUBLE_EQ(o.learning_rate, 0.01);
-  EXPECT_EQ(o.backend, typemesh::backend_kind::automatic);
+  EXPECT_EQ(o.backend, "");
   EXPECT_EQ(o.steps_per_epoch(), 1000 / 256);
   EXPECT_EQ(o.total_steps(), 100 * (1000 / 256));
 }
@@ -106,9 +106,9 @@ TEST(TrainFlags, EveryFlagReachesItsField) {
   EXPECT_EQ(o.model_size, "big");
   EXPECT_DOUBLE_EQ(o.learning_rate, 0.5);
   EXPECT_EQ(o.seed, 18446744073709551615ull);
-  EXPECT_EQ(o.backend, typemesh::backend_kind::host);
+  EXPECT_EQ(o.backend, "host");
   EXPECT_EQ(o.launch().devices, 16);
-  EXPECT_EQ(o.launch().backend, typemesh::backend_kind::host);
+  EXPECT_EQ(o.launch().backend, "host");
   EXPECT_EQ(o.metrics, "m.jsonl");
   EXPECT_EQ(o.progress, typemesh::train::progress_mode::lines);
   EXPECT_TRUE(o.all_ranks);
@@ -167,6 +167,21 @@ TEST(TrainFlags, EveryBadFlagIsAnErrorNamingTheFlagAndValue) {
     for (const auto& m : c.mentions) EXPECT_NE(message.find(m), std::string::npos) << shown << "-> " << message;
   }
   EXPECT_EQ(error_of({"--strategy", "flexflow", "--units", "16"}), "");
+}
+
+// --backend takes "auto" or the name of a launcher this program has; this
+// test program has only host.
+TEST(TrainFlags, BackendIsALauncherOfTheProgram) {
+  EXPECT_EQ(parse({"--backend", "auto"}).backend, "");
+  EXPECT_EQ(parse({"--backend", "host"}).backend, "host");
+  const std::string mpi = error_of({"--backend", "mpi"});
+  for (const char* part : {"--backend", "'mpi'", "it has: host", "link the typemesh::mpi CMake target"}) {
+    EXPECT_NE(mpi.find(part), std::string::npos) << part << " missing from: " << mpi;
+  }
+  const std::string unknown = error_of({"--backend", "gpu"});
+  EXPECT_NE(unknown.find("it has: host"), std::string::npos) << unknown;
+  cli c("prog");
+  EXPECT_NE(c.help().find("a launcher of this program: host"), std::string::npos) << c.help();
 }
 
 TEST(TrainFlags, RunSizesAreCheckedForOverflow) {
@@ -247,7 +262,7 @@ struct recorded {
 };
 
 void fake_training(typemesh::train::trainer& t, int devices, int holder, recorded& rec) {
-  typemesh::launch(typemesh::launch_options{.devices = devices, .backend = typemesh::backend_kind::host},
+  typemesh::launch(typemesh::launch_options{.devices = devices, .backend = "host"},
                    [&](typemesh::device& dev) {
                      typemesh::group all{{}, "all"};
                      for (int d = 0; d < devices; ++d) all.devices.push_back(d);
@@ -386,7 +401,7 @@ TEST(TrainLoop, UnwritableMetricsFileIsAnError) {
   std::ostringstream out, err;
   typemesh::train::trainer t(o, out, err);
   try {
-    typemesh::launch(typemesh::launch_options{.devices = 2, .backend = typemesh::backend_kind::host},
+    typemesh::launch(typemesh::launch_options{.devices = 2, .backend = "host"},
                      [&](typemesh::device& dev) { t.run(dev, [](std::int64_t) { return 1.0; }); });
     ADD_FAILURE() << "no error";
   } catch (const typemesh::error& e) {

@@ -1,6 +1,6 @@
 // The MPI backend, run under mpiexec with 4 or 8 ranks (tests/mpi/register.cmake).
 // Every rank runs every test; launch(n, f) runs f once per rank. Each check
-// runs the same function on both backends (backend_kind::host runs the host
+// runs the same function on both backends (the "host" launcher runs the host
 // threads inside each rank) and compares values and counted bytes.
 //
 //   --fail=throw    rank 2 throws while the others wait: the job must end
@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -50,7 +51,7 @@ const char* running_backend = "MPI";  // for failure messages
 template <class F>
 auto on_both(int n, F f) {
   running_backend = "host";
-  auto host = launch({.devices = n, .backend = typemesh::backend_kind::host}, f);
+  auto host = launch({.devices = n, .backend = "host"}, f);
   running_backend = "MPI";
   auto mpi = launch(n, f);
   return std::make_pair(std::move(host), std::move(mpi));
@@ -315,7 +316,7 @@ TEST(MpiLaunch, DevicesOnANodeAreItsRanksInRankOrder) {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   const auto places = launch(n, [](device& dev) { return std::pair{dev.local_id(), dev.devices_on_node()}; });
-  const auto host = launch({.devices = n, .backend = typemesh::backend_kind::host},
+  const auto host = launch({.devices = n, .backend = "host"},
                            [](device& dev) { return std::pair{dev.local_id(), dev.devices_on_node()}; });
   for (int d = 0; d < n; ++d) {
     EXPECT_EQ(host[d], std::pair(d, n)) << "host threads are one node";
@@ -370,6 +371,32 @@ TEST(MpiLaunch, DeviceCountOtherThanRanksIsAnErrorOnEveryRank) {
   expect_error<typemesh::device_error>([&] { launch(n + 1, [&] { ran = true; }); },
                                        {"launch asks for " + std::to_string(n + 1) + " devices",
                                         "the MPI job has " + std::to_string(n) + " ranks", "mpirun -np"});
+  EXPECT_FALSE(ran);
+}
+
+// Linking typemesh::mpi registers the MPI launcher; under mpiexec the
+// automatic choice takes it, and a name still picks any launcher.
+TEST(MpiLaunch, TheLauncherIsChosenByDetectionOrByName) {
+  const int n = world_size();
+  EXPECT_EQ(typemesh::launcher_names(), (std::vector<std::string_view>{"host", "mpi"}));
+  if (std::getenv("TYPEMESH_BACKEND") == nullptr) {
+    EXPECT_EQ(typemesh::chosen_launcher({.devices = n}), "mpi");
+    EXPECT_EQ(typemesh::devices_in_this_process({.devices = n}), 1);
+  }
+  EXPECT_EQ(typemesh::chosen_launcher({.devices = n, .backend = "host"}), "host");
+  EXPECT_EQ(typemesh::devices_in_this_process({.devices = n, .backend = "host"}), n);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // By name: one device per rank, each rank's own id is its rank.
+  const auto ids = launch({.devices = n, .backend = "mpi"}, [](device& dev) { return dev.id(); });
+  ASSERT_EQ(ids.size(), static_cast<std::size_t>(n));
+  for (int d = 0; d < n; ++d) EXPECT_EQ(ids[d], d);
+  const auto local = launch({.devices = n, .backend = "mpi"},
+                            [&](device& dev) { return dev.id() == rank ? 1 : 0; });
+  for (int d = 0; d < n; ++d) EXPECT_EQ(local[d], 1) << "device " << d << " ran on rank " << d;
+  bool ran = false;
+  expect_error<typemesh::device_error>([&] { launch({.devices = n, .backend = "nccl"}, [&] { ran = true; }); },
+                                       {"'nccl'", "host, mpi", "typemesh::nccl"});
   EXPECT_FALSE(ran);
 }
 

@@ -1,7 +1,7 @@
 // The MPI backend: one process per device, device id = rank in MPI_COMM_WORLD.
 // Needs MPI (the C API) and is compiled only in programs that link
 // typemesh::mpi; typemesh::launch picks it under mpirun/srun (see
-// runtime/mpi_launch.hpp and docs/mpi.md).
+// runtime/mpi_launcher.hpp and docs/mpi.md).
 //
 // A group maps to a communicator whose ranks are the group's members in member
 // order, created once with MPI_Comm_create_group (only the members take part)

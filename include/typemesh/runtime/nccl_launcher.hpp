@@ -38,7 +38,11 @@
 #include "typemesh/runtime/device.hpp"
 #include "typemesh/runtime/host_world.hpp"
 #include "typemesh/runtime/launch.hpp"
+#include "typemesh/runtime/launcher.hpp"
 #include "typemesh/runtime/nccl_communicator.hpp"
+#ifdef TYPEMESH_WITH_MPI
+#include "typemesh/runtime/mpi_launcher.hpp"
+#endif
 
 namespace typemesh {
 
@@ -111,6 +115,14 @@ struct nccl_launcher {
     if (detail::mpi_detected()) return run_on_ranks(options, f);
 #endif
     return run_on_threads(options, f);
+  }
+
+  // Under MPI a process drives one device (the trainer prints once per job).
+  static int local_devices(const launch_options& options) {
+#ifdef TYPEMESH_WITH_MPI
+    if (detail::mpi_detected()) return 1;
+#endif
+    return options.devices;
   }
 
  private:
@@ -226,6 +238,12 @@ struct nccl_launcher {
     }
   }
 #endif
+};
+
+// Slot 2 of the launchers (runtime/launcher.hpp).
+template <>
+struct launcher_slot<2> {
+  using type = nccl_launcher;
 };
 
 }  // namespace typemesh

@@ -67,7 +67,7 @@ struct options {
   std::string model_size = "small";
   double learning_rate = 0.01;
   std::uint64_t seed = 0;
-  backend_kind backend = backend_kind::automatic;
+  std::string backend;  // a launcher's name (runtime/launcher.hpp); empty: automatic
   std::string metrics;  // JSON lines file; empty: none
   progress_mode progress = progress_mode::automatic;
   bool all_ranks = false;  // every MPI rank prints and writes, not only the first
@@ -219,8 +219,10 @@ class cli {
     app_.add_option("--seed", o.seed, "Seed of parameter initialisation, dropout and synthetic data")
         ->capture_default_str()
         ->check(detail::integer_in<std::uint64_t>(0, std::numeric_limits<std::uint64_t>::max(), "the seed"));
-    app_.add_option("--backend", backend_text_, "auto: MPI under an MPI launcher, else host threads; host; mpi")
-        ->capture_default_str()->check(detail::one_of({"auto", "host", "mpi"}));
+    app_.add_option("--backend", backend_text_,
+                    "auto: TYPEMESH_BACKEND if set, else MPI under an MPI launcher, else host threads; or a "
+                    "launcher of this program: " + launcher_list())
+        ->capture_default_str();
     app_.add_option("--metrics", o.metrics, "Write a JSON object per display step to this file; empty: none");
     app_.add_option("--progress", progress_text_,
                     "auto: a bar when standard error is a terminal, else lines; bar; lines")
@@ -295,9 +297,10 @@ class cli {
  private:
   options finish() {
     options o = values_;
-    o.backend = backend_text_ == "host" ? backend_kind::host
-                : backend_text_ == "mpi" ? backend_kind::mpi
-                                         : backend_kind::automatic;
+    o.backend = backend_text_ == "auto" ? std::string() : backend_text_;
+    if (!o.backend.empty() && !has_launcher(o.backend)) {
+      throw flag_error(missing_launcher_message("--backend", o.backend));
+    }
     o.progress = progress_text_ == "bar" ? progress_mode::bar
                  : progress_text_ == "lines" ? progress_mode::lines
                                              : progress_mode::automatic;
@@ -319,6 +322,12 @@ class cli {
                                    o.devices_per_node));
     }
     return o;
+  }
+
+  static std::string launcher_list() {
+    std::string text;
+    for (std::string_view name : launcher_names()) text += detail::cat(text.empty() ? "" : ", ", name);
+    return text;
   }
 
   CLI::App app_;

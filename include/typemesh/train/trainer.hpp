@@ -191,9 +191,12 @@ class trainer {
  private:
   // Device 0 of the first rank; with --all-ranks the first device of every rank.
   bool reports_here(const device& dev) const {
-    const bool mpi = typemesh::detail::runs_on_mpi(opts_.backend);
-    if (opts_.all_ranks) return mpi || dev.id() == 0;
-    return dev.id() == 0 && (mpi || detail::process_rank() == 0);
+    // Where the devices span the ranks (MPI: one each), ids count across the
+    // job and each rank holds a block of them; else every rank runs them all.
+    const int local = typemesh::devices_in_this_process(opts_.launch());
+    const bool spans_ranks = local < opts_.devices;
+    if (opts_.all_ranks) return spans_ranks ? dev.id() % local == 0 : dev.id() == 0;
+    return dev.id() == 0 && (spans_ranks || detail::process_rank() == 0);
   }
 
   bool several_ranks_report() const { return opts_.all_ranks && detail::in_mpi_job(); }
