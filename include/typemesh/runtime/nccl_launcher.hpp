@@ -37,6 +37,7 @@
 #include "typemesh/core/error.hpp"
 #include "typemesh/runtime/device.hpp"
 #include "typemesh/runtime/host_world.hpp"
+#include "typemesh/runtime/host_launcher.hpp"
 #include "typemesh/runtime/launch.hpp"
 #include "typemesh/runtime/launcher.hpp"
 #include "typemesh/runtime/nccl_communicator.hpp"
@@ -74,21 +75,14 @@ inline int cuda_devices_for_launch(int devices) {
 class nccl_device_scope {
  public:
   nccl_device_scope(device& dev, nccl_communicator& comm, int kernel_threads)
-      : previous_device_(std::exchange(current_device(), &dev)),
-        previous_comm_(std::exchange(current_nccl_communicator(), &comm)),
-        previous_threads_(std::exchange(backend::host::kernel_threads(), kernel_threads)) {}
-  ~nccl_device_scope() {
-    current_device() = previous_device_;
-    current_nccl_communicator() = previous_comm_;
-    backend::host::kernel_threads() = previous_threads_;
-  }
+      : device_(dev, kernel_threads), previous_comm_(std::exchange(current_nccl_communicator(), &comm)) {}
+  ~nccl_device_scope() { current_nccl_communicator() = previous_comm_; }
   nccl_device_scope(const nccl_device_scope&) = delete;
   nccl_device_scope& operator=(const nccl_device_scope&) = delete;
 
  private:
-  device* previous_device_;
+  device_scope device_;
   nccl_communicator* previous_comm_;
-  int previous_threads_;
 };
 
 }  // namespace detail
@@ -128,10 +122,6 @@ struct nccl_launcher {
  private:
   template <class F>
   static auto run_on_threads(const launch_options& options, F& f) {
-    using result = decltype(detail::call_on(f, std::declval<device&>()));
-    constexpr bool returns = !std::is_void_v<result>;
-    using slot = std::conditional_t<returns, std::optional<std::decay_t<result>>, char>;
-
     const int devices = options.devices;
     if (devices < 1) throw device_error(detail::cat("a run needs at least one device, not ", devices));
     const int kernel_threads = detail::kernel_threads_for(options, devices);
@@ -142,60 +132,16 @@ struct nccl_launcher {
                                      "returned ", gpus, ": run at most ", gpus, " devices, or one per MPI rank"));
     }
     host_world world(devices, options.timeout);
-    std::vector<slot> results(devices);
-    std::mutex failure_mutex;
-    std::exception_ptr first_failure;
-
-    auto body = [&](int id) {
-      try {
-        const int gpu = id % gpus;
-        detail::check_cuda(cudaSetDevice(gpu), "cudaSetDevice", id, "starting the device's thread");
-        auto state = std::make_shared<nccl_device_state>(std::make_unique<host_bootstrap>(world, id), gpu,
-                                                         options.timeout);
-        nccl_communicator comm(state);
-        device dev{comm};
-        detail::nccl_device_scope scope(dev, comm, kernel_threads);
-        if constexpr (returns) results[id].emplace(detail::call_on(f, dev));
-        else detail::call_on(f, dev);
-        world.mark_finished(id);
-      } catch (const aborted_error&) {
-        // Stopped because another device failed; that device's error is rethrown.
-      } catch (...) {
-        std::exception_ptr e = std::current_exception();
-        {
-          std::lock_guard lk(failure_mutex);
-          if (!first_failure) first_failure = e;
-        }
-        world.abort(id, detail::describe_exception(e));
-      }
-    };
-
-    // Every thread started is joined on every path, as in launch.
-    std::vector<std::thread> threads;
-    try {
-      threads.reserve(devices);
-      for (int id = 0; id < devices; ++id) threads.emplace_back(body, id);
-    } catch (const std::exception& e) {
-      const std::string reason = detail::cat("could not start the thread of device ", threads.size(), " of ", devices,
-                                             ": ", e.what());
-      world.abort(static_cast<int>(threads.size()), reason);
-      for (auto& t : threads) t.join();
-      throw device_error(reason);
-    }
-    for (auto& t : threads) t.join();
-    if (first_failure) std::rethrow_exception(first_failure);
-    if (auto lines = world.leftovers(); !lines.empty()) {
-      std::string text;
-      for (const auto& line : lines) text += detail::cat("\n  ", line);
-      throw collective_error(detail::cat("the program ended with messages nobody received (a device skipped a recv or "
-                                         "a transfer):", text));
-    }
-    if constexpr (returns) {
-      std::vector<std::decay_t<result>> out;
-      out.reserve(devices);
-      for (auto& r : results) out.push_back(std::move(*r));
-      return out;
-    }
+    return detail::run_device_threads(world, f, [&](int id, auto&& run_on) {
+      const int gpu = id % gpus;
+      detail::check_cuda(cudaSetDevice(gpu), "cudaSetDevice", id, "starting the device's thread");
+      auto state =
+          std::make_shared<nccl_device_state>(std::make_unique<host_bootstrap>(world, id), gpu, options.timeout);
+      nccl_communicator comm(state);
+      device dev{comm};
+      detail::nccl_device_scope scope(dev, comm, kernel_threads);
+      run_on(dev);
+    });
   }
 
 #ifdef TYPEMESH_WITH_MPI
