@@ -136,6 +136,7 @@ struct default_init_allocator : std::allocator<T> {
 namespace detail {
 struct gpu_memory {
   static void* allocate(std::size_t bytes) {
+    cuda::use_this_threads_gpu();
     void* p = nullptr;
     cuda::check(cudaMalloc(&p, bytes), "cudaMalloc", typemesh::detail::cat("allocating ", bytes, " bytes"));
     return p;

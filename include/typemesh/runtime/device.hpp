@@ -34,7 +34,12 @@ class device {
   explicit device(C comm)
       : impl_(std::make_unique<model<C>>(std::move(comm))),
         labelled_sent_(static_cast<std::size_t>(impl_->device_count())),
-        labelled_received_(static_cast<std::size_t>(impl_->device_count())) {}
+        labelled_received_(static_cast<std::size_t>(impl_->device_count())) {
+#if defined(TYPEMESH_CUDA)
+    // The GPU this thread's cuda_mesh tensors go to: bound at its first GPU allocation.
+    backend::cuda::this_thread_device() = impl_->local_device();
+#endif
+  }
 
   int id() const { return impl_->device(); }
   int count() const { return impl_->device_count(); }

@@ -62,9 +62,6 @@ class tensor {
       }
     }
     if (auto c = m.coordinate_of(device_)) {
-#if defined(TYPEMESH_CUDA)
-      if constexpr (std::is_same_v<space_type, cuda_space>) backend::cuda::use_gpu_of(dev.local_id());
-#endif
       slice_ = geometry::slice_at(s, m, *c);
       if (zero) local_.resize(slice_.elements(), T{});
       else local_.resize(slice_.elements());

@@ -51,11 +51,19 @@ inline int bind_gpu(int local_device) {
   return gpu;
 }
 
-// Binds the calling thread to its device's GPU the first time a tensor of
-// the CUDA space is made on it (and again if it runs another device).
-inline void use_gpu_of(int local_device) {
+// The node index of the device this thread runs as (set when its
+// typemesh::device is made), or -1 outside a launch.
+inline int& this_thread_device() {
+  thread_local int local_device = -1;
+  return local_device;
+}
+
+// Binds the calling thread to its device's GPU before its first GPU
+// allocation (and again if it runs another device); nothing outside a launch.
+inline void use_this_threads_gpu() {
   thread_local int bound_for = -1;
-  if (bound_for == local_device) return;
+  const int local_device = this_thread_device();
+  if (local_device < 0 || bound_for == local_device) return;
   bind_gpu(local_device);
   bound_for = local_device;
 }
