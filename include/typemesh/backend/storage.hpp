@@ -185,7 +185,7 @@ class device_buffer {
   void resize(std::size_t n, const T& value) {
     const std::size_t old = n_;
     resize(n);
-    if (n > old) thrust::fill_n(thrust::cuda::par, p_ + old, n - old, value);
+    if (n > old) thrust::fill_n(thrust::cuda::par.on(cuda::stream()), p_ + old, n - old, value);
   }
 
   T* data() { return p_; }
@@ -204,7 +204,7 @@ class device_buffer {
     p_ = nullptr, n_ = 0;
   }
   void fill_with(const T& value) {
-    if (n_) thrust::fill_n(thrust::cuda::par, p_, n_, value);
+    if (n_) thrust::fill_n(thrust::cuda::par.on(cuda::stream()), p_, n_, value);
   }
   T* p_ = nullptr;
   std::size_t n_ = 0;

@@ -19,9 +19,9 @@
 //
 // Collectives are NCCL's own (alltoall as grouped ncclSend/ncclRecv) on one
 // stream per device that never synchronises implicitly with other streams.
-// Before a call that stream waits for the default stream (where the kernels
+// Before a call that stream waits for the thread's stream (where the kernels
 // run: an event recorded there); before returning, the host polls it until
-// the call is complete, so the results are visible to the default stream.
+// the call is complete, so the results are visible to the kernels after it.
 // NCCL chooses its own reduction order: float sums agree with the host
 // backend's up to rounding, not bit for bit. A call that moves nothing
 // (every member passes the same count, here 0) makes no NCCL call at all.
@@ -316,7 +316,7 @@ class nccl_device_state {
     detail::check_cuda(rc, call, boot_->device(), where);
   }
 
-  // Runs one NCCL call on g's communicator after the default stream's work
+  // Runs one NCCL call on g's communicator after the kernels' stream's work
   // and waits until it has completed.
   // Nothing to move (every member has the same count) makes no NCCL call.
   template <class Issue>
@@ -419,14 +419,15 @@ class nccl_device_state {
     }
   }
 
-  // Waits for the default stream's work before anything this device issues.
+  // Waits for the kernels' stream (the thread's, backend/cuda/runtime.hpp)
+  // before anything this device issues.
   void after_default_stream(std::string_view where) {
-    check(cudaEventRecord(inputs_ready_, 0), "cudaEventRecord", where);
+    check(cudaEventRecord(inputs_ready_, cudaStreamPerThread), "cudaEventRecord", where);
     check(cudaStreamWaitEvent(stream_, inputs_ready_, 0), "cudaStreamWaitEvent", where);
   }
 
   // A copy between this device's memory and the pinned staging memory,
-  // after the default stream's work, waited for with the timeout.
+  // after the kernels' stream's work, waited for with the timeout.
   void copy(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind, std::string_view what) {
     const std::string where = detail::cat(what, " on device ", device());
     check(cudaSetDevice(gpu_), "cudaSetDevice", where);
@@ -443,7 +444,7 @@ class nccl_device_state {
       if (now >= deadline) {
         throw timeout_error(detail::cat(where, ": copying ", bytes, " bytes ",
                                         kind == cudaMemcpyDeviceToHost ? "to" : "from", " host memory took over ",
-                                        timeout_.count(), " ms (the default stream's work before it did not finish)"));
+                                        timeout_.count(), " ms (the kernels before it did not finish)"));
       }
       if (now - start > std::chrono::milliseconds(2)) std::this_thread::yield();
     }

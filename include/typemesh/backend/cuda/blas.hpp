@@ -1,5 +1,5 @@
 // Matrix multiplication on the CUDA space: cuBLAS, one handle per thread and
-// GPU, on the default stream the other kernels use.
+// GPU, on the thread's stream, which the other kernels use.
 //
 // FP32 products are exact FP32 by default. set_gpu_math(gpu_math::tf32)
 // lets cuBLAS use TF32 tensor cores (about 10 mantissa bits per product,
@@ -50,7 +50,10 @@ inline cublasHandle_t blas_handle() {
   int gpu = 0;
   check(cudaGetDevice(&gpu), "cudaGetDevice", "choosing the cuBLAS handle");
   auto [it, made] = mine.by_gpu.try_emplace(gpu, nullptr);
-  if (made) check_blas(cublasCreate(&it->second), "cublasCreate");
+  if (made) {
+    check_blas(cublasCreate(&it->second), "cublasCreate");
+    check_blas(cublasSetStream(it->second, stream()), "cublasSetStream");
+  }
   return it->second;
 }
 

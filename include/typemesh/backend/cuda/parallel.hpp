@@ -1,5 +1,6 @@
 // The CUDA space's patterns (see backend/parallel.hpp), as two kernels of
-// its own on the default stream, which cuBLAS and the copies also use:
+// its own on the thread's stream (cuda::stream()), which cuBLAS and the
+// copies also use:
 //
 // - parallel_for: a grid-stride loop calling f(i) for each index.
 // - parallel_sum: a fixed grid (blocks x threads never depend on timing),
@@ -58,7 +59,7 @@ inline int blocks_for(std::int64_t n) {
 template <class F>
 void parallel_for(cuda_space, std::int64_t n, const F& f, std::int64_t = 0) {
   if (n <= 0) return;
-  cuda::for_each_index<<<cuda::blocks_for(n), cuda::threads_per_block>>>(n, f);
+  cuda::for_each_index<<<cuda::blocks_for(n), cuda::threads_per_block, 0, cuda::stream()>>>(n, f);
   cuda::check(cudaGetLastError(), "a typemesh kernel launch");
 }
 
@@ -67,7 +68,7 @@ T parallel_sum(cuda_space, std::int64_t n, const F& f, T init, Combine combine) 
   if (n <= 0) return init;
   const int blocks = std::min(cuda::sum_blocks, cuda::blocks_for(n));
   scratch<T, cuda_space> results(static_cast<std::size_t>(blocks));
-  cuda::fold_blocks<<<blocks, cuda::threads_per_block>>>(n, f, init, combine, results.data());
+  cuda::fold_blocks<<<blocks, cuda::threads_per_block, 0, cuda::stream()>>>(n, f, init, combine, results.data());
   cuda::check(cudaGetLastError(), "a typemesh sum kernel launch");
   std::vector<T> host(static_cast<std::size_t>(blocks));
   cuda::copy_bytes(host.data(), results.data(), sizeof(T) * host.size());

@@ -68,18 +68,25 @@ inline void use_this_threads_gpu() {
   bound_for = local_device;
 }
 
-// Copies n elements between any two of host and GPU memory (unified
-// addressing tells the runtime which is which); waits until they are there.
+// The stream of the calling thread: kernels, cuBLAS and copies of a device
+// go there, in order, so devices that share a GPU (threads) overlap instead
+// of queueing on the one legacy default stream.
+inline cudaStream_t stream() { return cudaStreamPerThread; }
+
+// Copies bytes between any two of host and GPU memory (unified addressing
+// tells the runtime which is which), after this thread's kernels; waits
+// until they are there.
 inline void copy_bytes(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
-  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy",
-        typemesh::detail::cat("copying ", bytes, " bytes between host and GPU memory"));
+  const auto doing = [&] { return typemesh::detail::cat("copying ", bytes, " bytes between host and GPU memory"); };
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()), "cudaMemcpyAsync", doing());
+  check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize", doing());
 }
 
 // Waits for the kernels this thread started on its GPU; reports an error a
 // kernel raised (an illegal address, a failed assertion).
 inline void synchronize(std::string_view after) {
-  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", after);
+  check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize", after);
 }
 
 }  // namespace typemesh::backend::cuda
