@@ -42,12 +42,16 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 out=${OUT:-}
 if [[ -n $out ]]; then mkdir -p "$out" || { echo "gpu_check: cannot make \$OUT=$out" >&2; exit 1; }; fi
+# The phases' logs: in $OUT when set, else in a directory of their own.
+logs=${out:-$(mktemp -d)}
 
-# Time limits per phase (seconds); together under 10 minutes.
+# Time limits per phase (seconds), each also cut to what is left of the
+# whole script's 570 s, so that it ends within 10 minutes whatever happens.
 limit_configure=60
 limit_build=300
 limit_tests=120
 limit_bench=200
+total_limit=570
 
 script_start=$SECONDS
 failed=()
@@ -58,8 +62,14 @@ summary=()
 phase() {
   local name=$1 limit=$2
   shift 2
-  local start=$SECONDS log=/dev/null status
-  [[ -n $out ]] && log=$out/gpu_check-$name.log
+  local start=$SECONDS log=$logs/gpu_check-$name.log status
+  local left=$((script_start + total_limit - SECONDS))
+  if [[ $left -lt 10 ]]; then
+    echo "=== $name: not run, ${left} s left of the script's ${total_limit} s"
+    failed+=("$name (no time left)")
+    return 1
+  fi
+  [[ $left -lt $limit ]] && limit=$left
   echo
   echo "=== $name (limit ${limit} s) ==="
   # A shell function runs in a child bash, so that `timeout` can limit it.
@@ -158,6 +168,10 @@ echo
 echo "=== summary: $((SECONDS - script_start)) s in all"
 printf '%s\n' "${summary[@]}"
 [[ -n $out && -f $out/gpu_table.md ]] && echo "table: $out/gpu_table.md"
+# Without a GPU both programs skip and pass: that checked nothing.
+if grep -q "no CUDA GPU: skipped" "$logs/gpu_check-bench.log" 2>/dev/null; then
+  failed+=("no GPU seen (the tests skipped, the benchmark made no table)")
+fi
 if [[ ${#failed[@]} -gt 0 ]]; then
   echo "failed: ${failed[*]}"
   exit 1

@@ -40,7 +40,7 @@ out=$(cd "$out" && pwd)
 
 libdir=/usr/lib/x86_64-linux-gnu
 blas_include=
-for d in "$libdir/openblas-pthread" /usr/include/openblas /usr/include; do
+for d in /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas /usr/include; do
   if [[ -f $d/cblas.h ]]; then blas_include=$d; break; fi
 done
 [[ -n $blas_include ]] || { echo "gpu_prebuild: cblas.h not found (install libopenblas-dev)" >&2; exit 1; }
@@ -63,7 +63,7 @@ link() {  # link OUTPUT OBJECT EXTRA...
       # shellcheck disable=SC2086
       if "$nvcc" "${flags[@]}" "$object" -o "$output" "$@" -lcublas "$blas_archive" $fortran -lpthread \
            2>>"$output.link.log"; then
-        echo "gpu_prebuild: $(basename "$output"): OpenBLAS linked statically ${fortran:+(with $fortran)}"
+        echo "gpu_prebuild: $(basename "$output"): OpenBLAS linked statically${fortran:+ (with $fortran)}"
         return 0
       fi
     done
@@ -80,6 +80,8 @@ build() {  # build NAME SOURCE EXTRA_INCLUDE LINK_EXTRA...
   nice "$nvcc" "${flags[@]}" -I"$include" -x cu -c "$source" -o "$out/$name.o"
   link "$out/$name" "$out/$name.o" "$@"
   rm -f "$out/$name.o" "$out/$name.link.log"
+  # Symbols off: the two programs travel to the GPU machine together.
+  if command -v strip >/dev/null; then strip "$out/$name"; fi
   echo "gpu_prebuild: $name built in $((SECONDS - start)) s"
 }
 
