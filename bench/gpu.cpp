@@ -29,8 +29,8 @@
 // Timing: GPU work is timed with CUDA events on the default stream (the
 // stream typemesh's kernels, cuBLAS and copies use) after warm-up calls; a
 // row repeats its call until the timed batch lasts about 0.25 s (--quick: one
-// call). Every wait on the GPU is bounded (60 s) and fails with the row's
-// name instead of hanging. Results are checked (elementwise and allreduce
+// call). The waits for the timing events are bounded (60 s) and fail with
+// the row's name instead of hanging. Results are checked (elementwise and allreduce
 // values, finite and falling losses); a wrong or failed row prints its error
 // in the table and the program exits 1.
 //
@@ -627,16 +627,21 @@ class bench {
   void attempt(const std::string& what, F&& f) {
     std::fprintf(stderr, "typemesh-bench-gpu: %s ...\n", what.c_str());
     const auto t0 = clock_type::now();
+    const std::size_t first_new = rows_.size();
     try {
       f();
     } catch (const std::exception& e) {
       fail(what, e.what());
     }
+    // The new rows at once, so that a run cut short still shows them.
+    for (std::size_t i = first_new; i < rows_.size(); ++i) std::fputs(("  " + line(rows_[i])).c_str(), stderr);
     std::fprintf(stderr, "typemesh-bench-gpu: %s: %.1f s\n", what.c_str(),
                  std::chrono::duration<double>(clock_type::now() - t0).count());
   }
 
-  void fail(const std::string& what, const std::string& why) {
+  void fail(const std::string& what, std::string why) {
+    // One table cell: no line breaks, no column bars.
+    for (char& c : why) c = c == '\n' ? ' ' : c == '|' ? '/' : c;
     rows_.push_back({what, "-", NAN, "-", "-", "FAILED: " + why});
     ok_ = false;
   }
@@ -749,6 +754,11 @@ class bench {
     rows_.push_back({what, size, 1e3 * seconds, tbytes(bytes, seconds), copy.text, ratio_to(bytes / seconds, copy)});
   }
 
+  static std::string line(const row& r) {
+    return typemesh::detail::cat("| ", r.what, " | ", r.size, " | ", std::isnan(r.ms) ? std::string("-") : fixed(r.ms, 3),
+                                 " | ", r.achieved, " | ", r.reference, " | ", r.ratio, " |\n");
+  }
+
   void print() const {
     std::string t;
     t += typemesh::detail::cat("typemesh-bench-gpu on ", device_, " (", gpus_, " GPU", gpus_ == 1 ? "" : "s",
@@ -756,10 +766,7 @@ class bench {
                                o_.tf32 ? ", --tf32" : "", "\n\n");
     t += "| measurement | size | ms | achieved | reference | ratio |\n";
     t += "| --- | --- | ---: | ---: | --- | ---: |\n";
-    for (const row& r : rows_) {
-      t += typemesh::detail::cat("| ", r.what, " | ", r.size, " | ", std::isnan(r.ms) ? std::string("-") : fixed(r.ms, 3),
-                                 " | ", r.achieved, " | ", r.reference, " | ", r.ratio, " |\n");
-    }
+    for (const row& r : rows_) t += line(r);
     std::fputs(t.c_str(), stdout);
     std::fflush(stdout);
     if (!o_.table_file.empty()) {
