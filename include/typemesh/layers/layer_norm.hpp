@@ -78,6 +78,28 @@ void allreduce_row_sums(const Tensor& t, const std::array<bool, N>& axes, backen
   this_device().allreduce(t.mesh().group_along(t.device(), axes), backend::view(sums));
 }
 
+// dx from the gradient g of x_hat, both as rows with D innermost.
+template <class D, class Other, class G, class XHat, class InvSigma>
+XHat gradient(const G& g, const XHat& x_hat, const InvSigma& inv_sigma, std::int64_t size) {
+  using T = typename XHat::value_type;
+  using S = typename XHat::shape_type;
+  using L = typename XHat::layout_type;
+  using M = typename XHat::mesh_type;
+  constexpr bool split = ops_detail::any(ops_detail::summed_axes<S, L, Other, M>());
+  XHat dx(g.mesh(), x_hat.shape(), uninitialized);  // the kernel writes every element
+  if (!g.holds_data()) return dx;
+  const backend::layer_norm_rows geometry{inv_sigma.local_size(), g.template local_extent<D>(), size};
+  const T* sums_data = nullptr;  // null: each row's sums come from the kernel's own pass
+  backend::storage<T, space_of<M>> sums(split ? 2 * static_cast<std::size_t>(geometry.rows) : 0);
+  if constexpr (split) {
+    backend::layer_norm_gradient_sums(g.space(), g.data(), x_hat.data(), backend::view(sums).data(), geometry);
+    allreduce_row_sums(g, ops_detail::summed_axes<S, L, Other, M>(), sums);
+    sums_data = backend::view(sums).data();
+  }
+  backend::layer_norm_gradient(g.space(), g.data(), x_hat.data(), inv_sigma.data(), sums_data, dx.data(), geometry);
+  return dx;
+}
+
 // x_hat = (x - mean_D(x)) / sqrt(var_D(x) + epsilon), recorded as one op.
 // The kernels see rows with D innermost: x itself when D is its last dim,
 // else a local transpose.
@@ -108,32 +130,23 @@ auto normalise(const tensor<T, S, L, M>& x, T epsilon) {
     backend::layer_norm_forward(rows.space(), rows.data(), sums_data, x_hat.data(), inv_sigma.data(), geometry,
                                 epsilon);
   });
-  // The output in x's dim order; backward keeps x_hat in rows.
+  if (!autodiff::recording() || !x.tracked()) return out_t(layers_detail::in_dim_order(std::move(x_hat), x.shape()));
+  // Backward keeps x_hat in rows; the output is a copy in x's dim order.
   out_t out = [&] {
     if constexpr (std::is_same_v<Rows, S>) return out_t(x_hat);
-    else return layers_detail::in_dim_order(x_hat, x.shape());
+    else return out_t(ops_detail::broadcast_to<S, canonical<S, L>>(x_hat, x.shape()));
   }();
-  if (!autodiff::recording() || !x.tracked()) return out;
   return record(std::move(out), "layer_norm",
                 gradient_of(x, [x_hat = std::move(x_hat), inv_sigma = std::move(inv_sigma), rows_shape, size,
                                 x_shape = x.shape()](const out_t& dy) {
-                  const auto g = layers_detail::in_dim_order(dy, rows_shape);
-                  rows_t dx(dy.mesh(), rows_shape, uninitialized);  // the kernel writes every element
-                  if (dy.holds_data()) {
-                    const backend::layer_norm_rows geometry{inv_sigma.local_size(), g.template local_extent<D>(),
-                                                            size};
-                    const T* sums_data = nullptr;
-                    sums_t sums(split ? 2 * static_cast<std::size_t>(geometry.rows) : 0);
-                    if constexpr (split) {
-                      backend::layer_norm_gradient_sums(g.space(), g.data(), x_hat.data(),
-                                                        backend::view(sums).data(), geometry);
-                      allreduce_row_sums(g, ops_detail::summed_axes<S, L, Other, M>(), sums);
-                      sums_data = backend::view(sums).data();
-                    }
-                    backend::layer_norm_gradient(g.space(), g.data(), x_hat.data(), inv_sigma.data(), sums_data,
-                                                 dx.data(), geometry);
+                  if constexpr (std::is_same_v<Rows, S>) {
+                    return layers_detail::in_dim_order(gradient<D, Other>(dy, x_hat, inv_sigma, size), x_shape);
+                  } else {
+                    return layers_detail::in_dim_order(
+                        gradient<D, Other>(ops_detail::broadcast_to<Rows, canonical<Rows, L>>(dy, rows_shape), x_hat,
+                                           inv_sigma, size),
+                        x_shape);
                   }
-                  return layers_detail::in_dim_order(std::move(dx), x_shape);
                 }));
 }
 }  // namespace layer_norm_detail
