@@ -224,9 +224,39 @@ values serial_layer_norm(const values& x, const values& scale, const values& bia
     double squares = 0;
     for (int j = 0; j < width; ++j) squares += (r[j] - mean) * (r[j] - mean);
     const double sigma = std::sqrt(squares / width + eps);
-    for (std::size_t j = 0; j < static_cast<std::size_t>(width); ++j) out[j] = (r[j] - mean) / sigma * scale[j] + bias[j];
+    for (std::size_t j = 0; j < static_cast<std::size_t>(width); ++j) {
+      out[j] = (r[j] - mean) / sigma * scale[j] + bias[j];
+    }
   }
   return y;
+}
+
+// x's gradient for a weighted sum of the serial layer norm's output, the
+// weights c: with g = c * scale and x_hat = (x - mean) / sigma,
+// dx = (g - mean(g) - x_hat * mean(g * x_hat)) / sigma.
+values serial_layer_norm_gradient(const values& x, const values& c, const values& scale, int rows, int width,
+                                  double eps) {
+  values dx(x.size());
+  for (int row = 0; row < rows; ++row) {
+    const auto at = static_cast<std::size_t>(row * width);
+    double sum = 0;
+    for (int j = 0; j < width; ++j) sum += x[at + j];
+    const double mean = sum / width;
+    double squares = 0;
+    for (int j = 0; j < width; ++j) squares += (x[at + j] - mean) * (x[at + j] - mean);
+    const double sigma = std::sqrt(squares / width + eps);
+    double mean_g = 0, mean_gx = 0;
+    for (int j = 0; j < width; ++j) {
+      const double g = c[at + j] * scale[j], x_hat = (x[at + j] - mean) / sigma;
+      mean_g += g / width;
+      mean_gx += g * x_hat / width;
+    }
+    for (int j = 0; j < width; ++j) {
+      const double g = c[at + j] * scale[j], x_hat = (x[at + j] - mean) / sigma;
+      dx[at + j] = (g - mean_g - x_hat * mean_gx) / sigma;
+    }
+  }
+  return dx;
 }
 
 // Row 0 sits at 1e6 with noise of 1e-2: E[x^2] - E[x]^2 loses the variance
@@ -237,6 +267,7 @@ TEST(LayerNorm, MatchesASerialReferenceOnRowsFarFromZero) {
   const auto ss = random_values(DM, 8, 0.5, 1.5), bs = random_values(DM, 9);
   const double eps = 1e-9;
   const values want = serial_layer_norm(xs, ss, bs, B * LEN, DM, eps);
+  const values want_dx = serial_layer_norm_gradient(xs, random_values(B * LEN * DM, 99), ss, B * LEN, DM, eps);
 
   // The naive formula really fails on row 0, so the check below can tell.
   double sum = 0, sum_squares = 0;
@@ -254,11 +285,18 @@ TEST(LayerNorm, MatchesASerialReferenceOnRowsFarFromZero) {
       auto x = import_tensor<LX>(m, host(SX{B, LEN, DM}, xs));
       auto s = import_tensor<layout<>>(m, host(shape<d_model>{DM}, ss));
       auto b = import_tensor<layout<>>(m, host(shape<d_model>{DM}, bs));
-      return whole(typemesh::layer_norm<d_model>(x, s, b, {.epsilon = eps}));
+      x.requires_grad("x");
+      auto y = typemesh::layer_norm<d_model>(x, s, b, {.epsilon = eps});
+      const outcome o = finish(weighted_sum(y), x);
+      return std::array<values, 2>{whole(y), o.grads[0]};
     });
-    for (const auto& g : got) {
-      ASSERT_EQ(g.size(), want.size());
-      for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(g[i], want[i], 1e-12) << "element " << i;
+    for (const auto& [y, dx] : got) {
+      ASSERT_EQ(y.size(), want.size());
+      for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(y[i], want[i], 1e-12) << "element " << i;
+      ASSERT_EQ(dx.size(), want_dx.size());
+      for (std::size_t i = 0; i < want_dx.size(); ++i) {
+        EXPECT_NEAR(dx[i], want_dx[i], 1e-9 * (1 + std::abs(want_dx[i]))) << "x's gradient, element " << i;
+      }
     }
   };
   run(layout<>{}, {1, 1}, "one device");
