@@ -210,6 +210,128 @@ TEST(LayerNorm, BadEpsilonAndSizesAreErrors) {
   });
 }
 
+// A plain serial layer norm: the mean, then the mean of squared deviations
+// from it, summed in column order.
+values serial_layer_norm(const values& x, const values& scale, const values& bias, int rows, int width,
+                         double eps) {
+  values y(x.size());
+  for (int row = 0; row < rows; ++row) {
+    const double* r = &x[static_cast<std::size_t>(row * width)];
+    double* out = &y[static_cast<std::size_t>(row * width)];
+    double sum = 0;
+    for (int j = 0; j < width; ++j) sum += r[j];
+    const double mean = sum / width;
+    double squares = 0;
+    for (int j = 0; j < width; ++j) squares += (r[j] - mean) * (r[j] - mean);
+    const double sigma = std::sqrt(squares / width + eps);
+    for (std::size_t j = 0; j < static_cast<std::size_t>(width); ++j) {
+      out[j] = (r[j] - mean) / sigma * scale[j] + bias[j];
+    }
+  }
+  return y;
+}
+
+// x's gradient for a weighted sum of the serial layer norm's output, the
+// weights c: with g = c * scale and x_hat = (x - mean) / sigma,
+// dx = (g - mean(g) - x_hat * mean(g * x_hat)) / sigma.
+values serial_layer_norm_gradient(const values& x, const values& c, const values& scale, int rows, int width,
+                                  double eps) {
+  values dx(x.size());
+  for (int row = 0; row < rows; ++row) {
+    const auto at = static_cast<std::size_t>(row * width);
+    double sum = 0;
+    for (int j = 0; j < width; ++j) sum += x[at + j];
+    const double mean = sum / width;
+    double squares = 0;
+    for (int j = 0; j < width; ++j) squares += (x[at + j] - mean) * (x[at + j] - mean);
+    const double sigma = std::sqrt(squares / width + eps);
+    double mean_g = 0, mean_gx = 0;
+    for (int j = 0; j < width; ++j) {
+      const double g = c[at + j] * scale[j], x_hat = (x[at + j] - mean) / sigma;
+      mean_g += g / width;
+      mean_gx += g * x_hat / width;
+    }
+    for (int j = 0; j < width; ++j) {
+      const double g = c[at + j] * scale[j], x_hat = (x[at + j] - mean) / sigma;
+      dx[at + j] = (g - mean_g - x_hat * mean_gx) / sigma;
+    }
+  }
+  return dx;
+}
+
+// Row 0 sits at 1e6 with noise of 1e-2: E[x^2] - E[x]^2 loses the variance
+// (about 3e-5) to rounding of x^2 (about 1e12), the two-pass variance keeps it.
+TEST(LayerNorm, MatchesASerialReferenceOnRowsFarFromZero) {
+  auto xs = random_values(B * LEN * DM, 7);
+  for (int j = 0; j < DM; ++j) xs[static_cast<std::size_t>(j)] = 1e6 + 1e-2 * xs[static_cast<std::size_t>(j)];
+  const auto ss = random_values(DM, 8, 0.5, 1.5), bs = random_values(DM, 9);
+  const double eps = 1e-9;
+  const values want = serial_layer_norm(xs, ss, bs, B * LEN, DM, eps);
+  const values want_dx = serial_layer_norm_gradient(xs, random_values(B * LEN * DM, 99), ss, B * LEN, DM, eps);
+
+  // The naive formula really fails on row 0, so the check below can tell.
+  double sum = 0, sum_squares = 0;
+  for (std::size_t j = 0; j < DM; ++j) sum += xs[j], sum_squares += xs[j] * xs[j];
+  const double naive_variance = sum_squares / DM - (sum / DM) * (sum / DM);
+  double squares = 0;
+  for (std::size_t j = 0; j < DM; ++j) squares += (xs[j] - sum / DM) * (xs[j] - sum / DM);
+  EXPECT_GT(std::abs(naive_variance - squares / DM), 1e-2 * squares / DM) << "row 0 is not hard enough";
+
+  auto run = [&](auto lx, std::array<int, 2> sizes, const std::string& name) {
+    using LX = decltype(lx);
+    SCOPED_TRACE(name);
+    auto got = typemesh::launch(sizes[0] * sizes[1], [&] {
+      M2 m(sizes);
+      auto x = import_tensor<LX>(m, host(SX{B, LEN, DM}, xs));
+      auto s = import_tensor<layout<>>(m, host(shape<d_model>{DM}, ss));
+      auto b = import_tensor<layout<>>(m, host(shape<d_model>{DM}, bs));
+      x.requires_grad("x");
+      auto y = typemesh::layer_norm<d_model>(x, s, b, {.epsilon = eps});
+      const outcome o = finish(weighted_sum(y), x);
+      return std::array<values, 2>{whole(y), o.grads[0]};
+    });
+    for (const auto& [y, dx] : got) {
+      ASSERT_EQ(y.size(), want.size());
+      for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(y[i], want[i], 1e-12) << "element " << i;
+      ASSERT_EQ(dx.size(), want_dx.size());
+      for (std::size_t i = 0; i < want_dx.size(); ++i) {
+        EXPECT_NEAR(dx[i], want_dx[i], 1e-9 * (1 + std::abs(want_dx[i]))) << "x's gradient, element " << i;
+      }
+    }
+  };
+  run(layout<>{}, {1, 1}, "one device");
+  run(layout<batch(a0)>{}, {2, 1}, "batch split");
+  run(layout<length(a1)>{}, {2, 2}, "length split, replicated along a0");
+}
+
+// Split d_model: one allreduce forward (both row sums in one message) and one
+// backward; a whole d_model needs none.
+TEST(LayerNorm, OneAllreduceEachWayWhenDModelIsSplit) {
+  const auto xs = random_values(B * LEN * DM, 10), ss = random_values(DM, 11), bs = random_values(DM, 12);
+  auto count = [&](auto lx, std::array<int, 2> sizes) {
+    using LX = decltype(lx);
+    return typemesh::launch(sizes[0] * sizes[1], [&](typemesh::device& dev) {
+      M2 m(sizes);
+      auto x = import_tensor<LX>(m, host(SX{B, LEN, DM}, xs));
+      auto s = import_tensor<LX>(m, host(shape<d_model>{DM}, ss));
+      auto b = import_tensor<LX>(m, host(shape<d_model>{DM}, bs));
+      x.requires_grad("x");
+      auto calls = [&] { return dev.traffic()[typemesh::op_kind::allreduce].calls; };
+      const auto before = calls();
+      auto y = typemesh::layer_norm<d_model>(x, s, b);
+      const auto forward = calls() - before;
+      auto loss = typemesh::reduce_sum(typemesh::stop_gradient(y) * y);
+      const auto before_backward = calls();
+      typemesh::backward(loss);
+      return std::array<std::uint64_t, 2>{forward, calls() - before_backward};
+    })[0];
+  };
+  using two = std::array<std::uint64_t, 2>;
+  EXPECT_EQ(count(layout<d_model(a1)>{}, {1, 2}), (two{1, 1})) << "d_model split";
+  EXPECT_EQ(count(layout<d_model(a1)>{}, {1, 3}), (two{1, 1})) << "d_model split three ways";
+  EXPECT_EQ(count(layout<>{}, {1, 2}), (two{0, 0})) << "d_model whole";
+}
+
 // --- dropout ----------------------------------------------------------------------
 
 using S2 = shape<batch, d_model>;

@@ -7,18 +7,33 @@
 // and variance taken over dim D for every index of x's other dims. D is named
 // by the template argument; x's dims may come in any order, and y has x's.
 //
+// The normalisation x_hat = (x - mean) / sigma is one recorded op, a row
+// kernel forward and backward (backend/layer_norm.hpp); x_hat * scale + bias
+// are the broadcasting ops, which reduce the parameters' gradients over the
+// right axes.
+//
 // D may be split over a mesh axis A: each device then holds part of every
-// normalised row, and the means are allreduced over A (reduce_mean does
-// that). scale and bias must place D as x does. The layer is composed of
-// recorded ops, so its gradient (which needs the same allreduces backward)
-// comes from theirs.
+// normalised row. Forward, each device sums its part of every row (x and
+// x^2) and one allreduce over A of both sums gives the mean and variance;
+// backward, one allreduce over A of sum(g) and sum(g * x_hat). On a split D
+// the variance is E[x^2] - mean^2 (each part's squares taken about its own
+// mean), which loses precision on rows whose mean is huge against their
+// spread; on a whole D it is the two-pass mean of squared deviations.
+// scale and bias must place D as x does.
 #pragma once
 
+#include <array>
+#include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
+#include "typemesh/autodiff/tape.hpp"
+#include "typemesh/backend/layer_norm.hpp"
+#include "typemesh/backend/storage.hpp"
 #include "typemesh/core/diagnostics.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/shape_algebra.hpp"
+#include "typemesh/layers/embedding.hpp"  // the dim-order helpers
 #include "typemesh/ops/binary.hpp"
 #include "typemesh/ops/reduce.hpp"
 #include "typemesh/ops/rules.hpp"
@@ -54,6 +69,86 @@ consteval bool check() {
   else if constexpr (!ops_detail::compatible<S, L, SS, LS>()) return false;
   else return ops_detail::compatible<S, L, SB, LB>();
 }
+
+// The row sums of a split D, allreduced over D's axes in one message: `rows`
+// first sums then `rows` second sums.
+template <class Tensor, std::size_t N>
+void allreduce_row_sums(const Tensor& t, const std::array<bool, N>& axes, backend::storage<typename Tensor::value_type,
+                        typename Tensor::space_type>& sums) {
+  this_device().allreduce(t.mesh().group_along(t.device(), axes), backend::view(sums));
+}
+
+// dx from the gradient g of x_hat, both as rows with D innermost.
+template <class D, class Other, class G, class XHat, class InvSigma>
+XHat gradient(const G& g, const XHat& x_hat, const InvSigma& inv_sigma, std::int64_t size) {
+  using T = typename XHat::value_type;
+  using S = typename XHat::shape_type;
+  using L = typename XHat::layout_type;
+  using M = typename XHat::mesh_type;
+  constexpr bool split = ops_detail::any(ops_detail::summed_axes<S, L, Other, M>());
+  XHat dx(g.mesh(), x_hat.shape(), uninitialized);  // the kernel writes every element
+  if (!g.holds_data()) return dx;
+  const backend::layer_norm_rows geometry{inv_sigma.local_size(), g.template local_extent<D>(), size};
+  const T* sums_data = nullptr;  // null: each row's sums come from the kernel's own pass
+  backend::storage<T, space_of<M>> sums(split ? 2 * static_cast<std::size_t>(geometry.rows) : 0);
+  if constexpr (split) {
+    backend::layer_norm_gradient_sums(g.space(), g.data(), x_hat.data(), backend::view(sums).data(), geometry);
+    allreduce_row_sums(g, ops_detail::summed_axes<S, L, Other, M>(), sums);
+    sums_data = backend::view(sums).data();
+  }
+  backend::layer_norm_gradient(g.space(), g.data(), x_hat.data(), inv_sigma.data(), sums_data, dx.data(), geometry);
+  return dx;
+}
+
+// x_hat = (x - mean_D(x)) / sqrt(var_D(x) + epsilon), recorded as one op.
+// The kernels see rows with D innermost: x itself when D is its last dim,
+// else a local transpose.
+template <class D, class T, class S, class L, class M>
+auto normalise(const tensor<T, S, L, M>& x, T epsilon) {
+  using Other = shape_without<S, D>;
+  using Rows = shape_append<Other, D>;
+  using OtherL = canonical<Other, L>;
+  using out_t = tensor<T, S, canonical<S, L>, M>;
+  using rows_t = tensor<T, Rows, canonical<Rows, L>, M>;
+  using sums_t = backend::storage<T, space_of<M>>;
+  constexpr bool split = ops_detail::any(ops_detail::summed_axes<S, L, Other, M>());
+
+  const Rows rows_shape = shape_from<Rows>(x.shape(), x.shape());
+  const std::int64_t size = x.shape().template size<D>();
+  rows_t x_hat(x.mesh(), rows_shape, uninitialized);  // the kernel writes every element
+  tensor<T, Other, OtherL, M> inv_sigma(x.mesh(), ops_detail::reduced_sizes<S, D>(x.shape()), uninitialized);
+  layers_detail::visit_in_dim_order(x, rows_shape, [&](const auto& rows) {
+    if (!rows.holds_data()) return;
+    const backend::layer_norm_rows geometry{inv_sigma.local_size(), rows.template local_extent<D>(), size};
+    const T* sums_data = nullptr;  // null: each row's sums come from the kernel's own passes
+    sums_t sums(split ? 2 * static_cast<std::size_t>(geometry.rows) : 0);
+    if constexpr (split) {
+      backend::layer_norm_partial_sums(rows.space(), rows.data(), backend::view(sums).data(), geometry);
+      allreduce_row_sums(rows, ops_detail::summed_axes<S, L, Other, M>(), sums);
+      sums_data = backend::view(sums).data();
+    }
+    backend::layer_norm_forward(rows.space(), rows.data(), sums_data, x_hat.data(), inv_sigma.data(), geometry,
+                                epsilon);
+  });
+  if (!autodiff::recording() || !x.tracked()) return out_t(layers_detail::in_dim_order(std::move(x_hat), x.shape()));
+  // Backward keeps x_hat in rows; the output is a copy in x's dim order.
+  out_t out = [&] {
+    if constexpr (std::is_same_v<Rows, S>) return out_t(x_hat);
+    else return out_t(ops_detail::broadcast_to<S, canonical<S, L>>(x_hat, x.shape()));
+  }();
+  return record(std::move(out), "layer_norm",
+                gradient_of(x, [x_hat = std::move(x_hat), inv_sigma = std::move(inv_sigma), rows_shape, size,
+                                x_shape = x.shape()](const out_t& dy) {
+                  if constexpr (std::is_same_v<Rows, S>) {
+                    return layers_detail::in_dim_order(gradient<D, Other>(dy, x_hat, inv_sigma, size), x_shape);
+                  } else {
+                    return layers_detail::in_dim_order(
+                        gradient<D, Other>(ops_detail::broadcast_to<Rows, canonical<Rows, L>>(dy, rows_shape), x_hat,
+                                           inv_sigma, size),
+                        x_shape);
+                  }
+                }));
+}
 }  // namespace layer_norm_detail
 
 template <class D, class T, class S, class L, class M, class SS, class LS, class MS, class SB, class LB, class MB>
@@ -73,9 +168,7 @@ auto layer_norm(const tensor<T, S, L, M>& x, const tensor<T, SS, LS, MS>& scale,
                                     scale.shape().describe(), " and bias ", bias.shape().describe()));
     }
     // Qualified calls: the arguments' namespaces must not offer other overloads.
-    auto centred = typemesh::sub(x, typemesh::reduce_mean<D>(x));         // broadcast over D
-    auto variance = typemesh::reduce_mean<D>(typemesh::square(centred));  // x's dims without D
-    auto normalised = typemesh::mul(centred, typemesh::rsqrt(typemesh::shift(variance, static_cast<T>(epsilon))));
+    auto normalised = layer_norm_detail::normalise<D>(x, static_cast<T>(epsilon));
     return typemesh::add(typemesh::mul(normalised, scale), bias);
   }
 }

@@ -1,0 +1,126 @@
+// Layer normalisation, per space, on rows of `held` elements (this device's
+// slice of the normalised dim D, whose whole size is `size`): forward, each
+// row's x_hat = (x - mean) / sigma and 1 / sigma, sigma = sqrt(var + epsilon);
+// backward, dx = (g - mean(g) - x_hat * mean(g * x_hat)) / sigma from the
+// gradient g of x_hat. One index per row; a row's sums run in column order,
+// so results do not depend on the number of threads.
+//
+// When D is whole on the device, `sums` is null and each kernel computes its
+// row's sums itself in the same pass (the variance two-pass: the mean, then
+// the squared deviations from it, so a row far from zero keeps its
+// precision). When D is split, the caller computes the partial sums with
+// layer_norm_partial_sums or layer_norm_gradient_sums, allreduces them (one
+// message: `rows` sums then `rows` second sums) and passes them in.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "typemesh/backend/config.hpp"
+#include "typemesh/backend/parallel.hpp"
+
+namespace typemesh::backend {
+
+// A device's slice of rows x D: `rows` rows of `held` elements; `size` is D's
+// whole size, the count the means divide by.
+struct layer_norm_rows {
+  std::int64_t rows, held, size;
+};
+
+// sums[r] = sum of the row's x; sums[rows + r] = sum of its x^2, accumulated
+// as the squared deviations from the local mean plus held * mean^2 (fewer
+// rounding errors than squaring x directly).
+template <class Space, class T>
+void layer_norm_partial_sums(Space s, const T* x, T* sums, layer_norm_rows g) {
+  parallel_for(
+      s, g.rows,
+      [=] TYPEMESH_KERNEL(std::int64_t r) {
+        const T* row = x + r * g.held;
+        T sum{0};
+        for (std::int64_t v = 0; v < g.held; ++v) sum += row[v];
+        const T local_mean = g.held > 0 ? sum / static_cast<T>(g.held) : T{0};
+        T squares{0};
+        for (std::int64_t v = 0; v < g.held; ++v) squares += (row[v] - local_mean) * (row[v] - local_mean);
+        sums[r] = sum;
+        sums[g.rows + r] = squares + static_cast<T>(g.held) * local_mean * local_mean;
+      },
+      grain_for(g.held));
+}
+
+// x_hat = (x - mean) * inv_sigma and inv_sigma[r] = 1 / sqrt(var + epsilon),
+// from the allreduced `sums` (sum x, sum x^2) or, when sums is null, from the
+// row itself in two passes.
+template <class Space, class T>
+void layer_norm_forward(Space s, const T* x, const T* sums, T* x_hat, T* inv_sigma, layer_norm_rows g, T epsilon) {
+  parallel_for(
+      s, g.rows,
+      [=] TYPEMESH_KERNEL(std::int64_t r) {
+        const T* row = x + r * g.held;
+        const T n = static_cast<T>(g.size);
+        T mean{0}, variance{0};
+        if (sums == nullptr) {
+          for (std::int64_t v = 0; v < g.held; ++v) mean += row[v];
+          mean /= n;
+          for (std::int64_t v = 0; v < g.held; ++v) variance += (row[v] - mean) * (row[v] - mean);
+          variance /= n;
+        } else {
+          mean = sums[r] / n;
+          variance = sums[g.rows + r] / n - mean * mean;
+          if (variance < T{0}) variance = T{0};  // rounding can push E[x^2] - mean^2 below zero
+        }
+        const T inv = T{1} / std::sqrt(variance + epsilon);
+        inv_sigma[r] = inv;
+        T* out = x_hat + r * g.held;
+        for (std::int64_t v = 0; v < g.held; ++v) out[v] = (row[v] - mean) * inv;
+      },
+      grain_for(g.held));
+}
+
+// sums[r] = sum of the row's gradient g; sums[rows + r] = sum of g * x_hat.
+template <class Space, class T>
+void layer_norm_gradient_sums(Space s, const T* dy, const T* x_hat, T* sums, layer_norm_rows g) {
+  parallel_for(
+      s, g.rows,
+      [=] TYPEMESH_KERNEL(std::int64_t r) {
+        const T* gr = dy + r * g.held;
+        const T* xr = x_hat + r * g.held;
+        T sum{0}, dot{0};
+        for (std::int64_t v = 0; v < g.held; ++v) {
+          sum += gr[v];
+          dot += gr[v] * xr[v];
+        }
+        sums[r] = sum;
+        sums[g.rows + r] = dot;
+      },
+      grain_for(g.held));
+}
+
+// dx = (g - mean(g) - x_hat * mean(g * x_hat)) * inv_sigma, the means from
+// the allreduced `sums` or, when sums is null, from the row itself.
+template <class Space, class T>
+void layer_norm_gradient(Space s, const T* dy, const T* x_hat, const T* inv_sigma, const T* sums, T* dx,
+                         layer_norm_rows g) {
+  parallel_for(
+      s, g.rows,
+      [=] TYPEMESH_KERNEL(std::int64_t r) {
+        const T* gr = dy + r * g.held;
+        const T* xr = x_hat + r * g.held;
+        T sum{0}, dot{0};
+        if (sums == nullptr) {
+          for (std::int64_t v = 0; v < g.held; ++v) {
+            sum += gr[v];
+            dot += gr[v] * xr[v];
+          }
+        } else {
+          sum = sums[r];
+          dot = sums[g.rows + r];
+        }
+        const T n = static_cast<T>(g.size);
+        const T mean_g = sum / n, mean_gx = dot / n, inv = inv_sigma[r];
+        T* out = dx + r * g.held;
+        for (std::int64_t v = 0; v < g.held; ++v) out[v] = (gr[v] - mean_g - xr[v] * mean_gx) * inv;
+      },
+      grain_for(g.held));
+}
+
+}  // namespace typemesh::backend
