@@ -386,7 +386,7 @@ using conv_geometry = backend::conv_geometry;
 template <std::size_t N, class Tensor>
 void allreduce_over(const std::array<bool, N>& axes, Tensor& t) {
   if (ops_detail::any(axes) && t.holds_data()) {
-    this_device().allreduce(t.mesh().group_along(t.device(), axes), t.local());
+    allreduce_in_place(t, t.mesh().group_along(t.device(), axes));
   }
 }
 

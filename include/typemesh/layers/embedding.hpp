@@ -180,7 +180,7 @@ auto layers_detail::embedding_checked(const tensor<I, SI, LI, MI>& ids, const te
     });
     constexpr auto vocab_axes = ops_detail::summed_axes<ST, LT, Out, M>();
     if constexpr (ops_detail::any(vocab_axes)) {
-      this_device().allreduce(ids.mesh().group_along(ids.device(), vocab_axes), out.local());
+      allreduce_in_place(out, ids.mesh().group_along(ids.device(), vocab_axes));
     }
   }
   if (!autodiff::recording() || !table.tracked()) return out;
@@ -205,7 +205,7 @@ auto layers_detail::embedding_checked(const tensor<I, SI, LI, MI>& ids, const te
                                               layers_detail::local_row_width(g), g.data());
                     constexpr auto ids_axes = ops_detail::summed_axes<SI, LI, ST, M>();
                     if constexpr (ops_detail::any(ids_axes)) {
-                      this_device().allreduce(dy.mesh().group_along(dy.device(), ids_axes), g.local());
+                      allreduce_in_place(g, dy.mesh().group_along(dy.device(), ids_axes));
                     }
                   }
                   return layers_detail::in_dim_order(std::move(g), table_shape);

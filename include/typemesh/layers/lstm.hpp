@@ -314,7 +314,7 @@ void allreduce_along(Tensor& t) {
   if constexpr (!std::is_void_v<A>) {
     if (!t.holds_data()) return;
     group g = t.mesh().template group_along<A>(t.device());
-    if (g.size() > 1) this_device().allreduce(g, t.local());
+    if (g.size() > 1) allreduce_in_place(t, g);
   }
 }
 
@@ -544,7 +544,7 @@ class lstm_weight {
                  W g = partial.detached();
                  if (sum->known && g.holds_data()) {
                    group grp = g.mesh().group_along(g.device(), sum->axes);
-                   if (grp.size() > 1) this_device().allreduce(grp, g.local());
+                   if (grp.size() > 1) allreduce_in_place(g, grp);
                  }
                  return g;
                })));

@@ -105,7 +105,7 @@ auto layers_detail::softmax_cross_entropy_checked(const tensor<T, SL, LL, ML>& l
     // lse holds the maximum until the end.
     backend::softmax_row_max(space, rows.data(), lse.data(), geometry, std::numeric_limits<T>::lowest());
     if constexpr (ops_detail::any(vocab_axes)) {
-      this_device().allreduce(rows.mesh().group_along(rows.device(), vocab_axes), lse.local(), reduce_op::max);
+      allreduce_in_place(lse, rows.mesh().group_along(rows.device(), vocab_axes), reduce_op::max);
     }
     // [sum_v exp(x - max) | the label's x - max, or 0 where another device holds it]
     backend::storage<T, space_of<M>> sums(2 * static_cast<std::size_t>(geometry.rows));

@@ -51,7 +51,7 @@ tensor<T, Out, OutL, M> contract_to(const tensor<T, SA, LA, M>& a, const tensor<
   backend::contract(a.space(), a.data(), local_dims_of<U>(a), b.data(), local_dims_of<U>(b), out.data(),
                     local_dims_of<U>(out));
   if constexpr (any(axes)) {
-    this_device().allreduce(a.mesh().group_along(a.device(), axes), out.local());
+    allreduce_in_place(out, a.mesh().group_along(a.device(), axes));
   }
   return out;
 }

@@ -49,7 +49,7 @@ tensor<T, Out, OutL, M> reduce_to(const tensor<T, S, L, M>& x, const Out& out_sh
   }
   constexpr auto axes = summed_axes<S, L, Out, M>();
   if constexpr (any(axes)) {
-    this_device().allreduce(x.mesh().group_along(x.device(), axes), out.local(), op);
+    allreduce_in_place(out, x.mesh().group_along(x.device(), axes), op);
   }
   return out;
 }

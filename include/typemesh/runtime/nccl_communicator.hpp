@@ -156,10 +156,11 @@ class nccl_bootstrap {
   virtual bool failing() const = 0;
 };
 
-// Threads of this process: the host backend's world carries the ids and messages.
-class host_bootstrap final : public nccl_bootstrap {
+// What a bootstrap forwards to the host-memory communicator it rides on.
+template <class Comm>
+class bootstrap_over : public nccl_bootstrap {
  public:
-  host_bootstrap(host_world& world, int device) : world_(&world), comm_(world, device) {}
+  explicit bootstrap_over(Comm comm) : comm_(std::move(comm)) {}
   int device() const override { return comm_.device(); }
   int device_count() const override { return comm_.device_count(); }
   int local_device() const override { return comm_.local_device(); }
@@ -167,6 +168,16 @@ class host_bootstrap final : public nccl_bootstrap {
   void share(const group& g, void* bytes, std::size_t size) override { comm_.broadcast(g, bytes, size, dtype::u8, 0); }
   void send(int to, const void* in, std::size_t n, dtype t, int tag) override { comm_.send(to, in, n, t, tag); }
   void recv(int from, void* out, std::size_t n, dtype t, int tag) override { comm_.recv(from, out, n, t, tag); }
+
+ protected:
+  Comm comm_;
+};
+
+// Threads of this process: the host backend's world carries the ids and messages.
+class host_bootstrap final : public bootstrap_over<host_communicator> {
+ public:
+  host_bootstrap(host_world& world, int device)
+      : bootstrap_over<host_communicator>(host_communicator(world, device)), world_(&world) {}
   void check_running(std::string_view where) const override {
     if (world_->aborted()) world_->throw_aborted(comm_.device(), std::string(where));
   }
@@ -174,27 +185,17 @@ class host_bootstrap final : public nccl_bootstrap {
 
  private:
   host_world* world_;
-  host_communicator comm_;
 };
 
 #ifdef TYPEMESH_WITH_MPI
 // One rank per device: the MPI backend's state carries the ids and messages.
 // A failing rank ends the job with MPI_Abort, so there is nothing to watch.
-class mpi_bootstrap final : public nccl_bootstrap {
+class mpi_bootstrap final : public bootstrap_over<mpi_communicator> {
  public:
-  explicit mpi_bootstrap(std::shared_ptr<mpi_state> state) : comm_(std::move(state)) {}
-  int device() const override { return comm_.device(); }
-  int device_count() const override { return comm_.device_count(); }
-  int local_device() const override { return comm_.local_device(); }
-  int devices_on_node() const override { return comm_.devices_on_node(); }
-  void share(const group& g, void* bytes, std::size_t size) override { comm_.broadcast(g, bytes, size, dtype::u8, 0); }
-  void send(int to, const void* in, std::size_t n, dtype t, int tag) override { comm_.send(to, in, n, t, tag); }
-  void recv(int from, void* out, std::size_t n, dtype t, int tag) override { comm_.recv(from, out, n, t, tag); }
+  explicit mpi_bootstrap(std::shared_ptr<mpi_state> state)
+      : bootstrap_over<mpi_communicator>(mpi_communicator(std::move(state))) {}
   void check_running(std::string_view) const override {}
   bool failing() const override { return false; }
-
- private:
-  mpi_communicator comm_;
 };
 #endif
 

@@ -193,6 +193,15 @@ class tensor {
   friend class tensor;
 };
 
+// Reduces this device's elements of t, in place, with the same elements of
+// the other members of g: how an op completes the partial results it leaves
+// along the axes that split a reduced dim. Ops and layers call this rather
+// than handing local() to the device themselves.
+template <class T, class S, class L, class M>
+void allreduce_in_place(tensor<T, S, L, M>& t, const group& g, reduce_op op = reduce_op::sum) {
+  this_device().allreduce(g, t.local(), op);
+}
+
 template <class T>
 inline constexpr bool is_tensor = false;
 template <class T, class S, class L, class M>
