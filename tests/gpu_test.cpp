@@ -302,7 +302,7 @@ TEST_F(Gpu, ReplaceMeshBetweenHostAndGpu) {
   }
 }
 
-TEST_F(Gpu, ErrorsNameTheGpu) {
+TEST_F(Gpu, BadIdsAreFoundBeforeTheKernel) {
   // A kernel's bad index is found before the kernel runs, as on the host.
   typemesh::launch(1, [] {
     gpu_mesh m({1, 1});
