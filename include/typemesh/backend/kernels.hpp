@@ -202,3 +202,7 @@ void copy_box(Space space, const T* src, const region<Rank>& from, T* dst, const
 }
 
 }  // namespace typemesh::backend
+
+#if defined(TYPEMESH_CUDA)
+#include "typemesh/backend/cuda/kernels.hpp"
+#endif

@@ -222,6 +222,16 @@ inline std::int64_t row_length(const dims& space) { return space.rank ? space.ex
 
 }  // namespace detail
 
+}  // namespace typemesh::backend
+
+// The CUDA space's own versions, declared before the functions below that
+// call them.
+#if defined(TYPEMESH_CUDA)
+#include "typemesh/backend/cuda/strided.hpp"
+#endif
+
+namespace typemesh::backend {
+
 // out (dims `od`) = x (dims `xd`) with every dim of od; dims of od that x
 // lacks repeat x. Transposes, copies and broadcasts.
 template <class Space, class T>
