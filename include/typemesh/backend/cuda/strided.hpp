@@ -5,7 +5,8 @@
 // would run on one thread. Here:
 //
 // - broadcast and binary: one thread per output element, so neighbouring
-//   threads write neighbouring elements;
+//   threads write neighbouring elements, offsets in 32-bit arithmetic where
+//   the sizes allow;
 // - fold_into: one block per output element where the sum is long enough
 //   to fill a block (cuda::block_fold), else one thread per output as on the
 //   host. A long sum is cut into fixed chunks of fold_chunk elements, a
@@ -25,19 +26,38 @@ namespace typemesh::backend {
 
 namespace detail {
 
-template <class T>
+// Operand offsets at a flat index, as strided_space::offsets_at, in 32-bit
+// arithmetic when Narrow (the whole space under 2^31 elements): a GPU
+// divides 32-bit integers several times faster than 64-bit ones, and these
+// kernels do little else.
+template <bool Narrow, std::size_t K>
+__device__ void offsets_at(const strided_space<K>& sp, std::int64_t flat, std::int64_t (&off)[K]) {
+  if constexpr (Narrow) {
+    std::uint32_t f = static_cast<std::uint32_t>(flat), o[K] = {};
+    for (int d = sp.rank; d-- > 0;) {
+      const std::uint32_t e = static_cast<std::uint32_t>(sp.extent[d]), c = f % e;
+      f /= e;
+      for (std::size_t j = 0; j < K; ++j) o[j] += c * static_cast<std::uint32_t>(sp.stride[j][d]);
+    }
+    for (std::size_t j = 0; j < K; ++j) off[j] = o[j];
+  } else {
+    sp.offsets_at(flat, off, sp.rank);
+  }
+}
+
+template <bool Narrow, class T>
 struct copy_elements_kernel {
   strided_space<2> sp;
   const T* x;
   T* out;
   __device__ void operator()(std::int64_t i) const {
     std::int64_t o[2];
-    sp.offsets_at(i, o, sp.rank);
+    offsets_at<Narrow>(sp, i, o);
     out[o[1]] = x[o[0]];
   }
 };
 
-template <class TA, class TB, class TO, class F>
+template <bool Narrow, class TA, class TB, class TO, class F>
 struct binary_elements_kernel {
   strided_space<3> sp;
   const TA* a;
@@ -46,10 +66,14 @@ struct binary_elements_kernel {
   F f;
   __device__ void operator()(std::int64_t i) const {
     std::int64_t o[3];
-    sp.offsets_at(i, o, sp.rank);
+    offsets_at<Narrow>(sp, i, o);
     out[o[2]] = f(a[o[0]], b[o[1]]);
   }
 };
+
+// Whether a space of n elements fits the 32-bit offsets (every operand is
+// dense over at most the space's elements, so its offsets do too).
+inline bool narrow(std::int64_t n) { return n < (std::int64_t{1} << 31); }
 
 inline constexpr std::int64_t fold_chunk = std::int64_t{1} << 16;
 
@@ -123,13 +147,19 @@ void fold_into(cuda_space s, T* out, const dims& od, const strided_space<K>& kep
 
 template <class T>
 void broadcast(cuda_space s, const T* x, const dims& xd, T* out, const dims& od) {
-  parallel_for(s, od.elements(), detail::copy_elements_kernel<T>{detail::strided<2>(od, {&xd, &od}), x, out});
+  const auto sp = detail::strided<2>(od, {&xd, &od});
+  if (detail::narrow(od.elements())) parallel_for(s, od.elements(), detail::copy_elements_kernel<true, T>{sp, x, out});
+  else parallel_for(s, od.elements(), detail::copy_elements_kernel<false, T>{sp, x, out});
 }
 
 template <class TA, class TB, class TO, class F>
 void binary(cuda_space s, const TA* a, const dims& ad, const TB* b, const dims& bd, TO* out, const dims& od, F f) {
-  parallel_for(s, od.elements(),
-               detail::binary_elements_kernel<TA, TB, TO, F>{detail::strided<3>(od, {&ad, &bd, &od}), a, b, out, f});
+  const auto sp = detail::strided<3>(od, {&ad, &bd, &od});
+  if (detail::narrow(od.elements())) {
+    parallel_for(s, od.elements(), detail::binary_elements_kernel<true, TA, TB, TO, F>{sp, a, b, out, f});
+  } else {
+    parallel_for(s, od.elements(), detail::binary_elements_kernel<false, TA, TB, TO, F>{sp, a, b, out, f});
+  }
 }
 
 }  // namespace typemesh::backend
