@@ -543,6 +543,18 @@ TEST(Lstm, DisjointLayersFormAPipeline) {
 using LXd = layout<batch(axis0)>;  // x, y, h, c
 using LWd = layout<>;              // weights
 
+// The layouts pick the paths compared below: the sequence path with k and n
+// whole, step by step with them split (even over axes of size 1).
+template <class LXc, class LWc>
+constexpr bool runs_whole_sequence() {
+  using x_t = typemesh::tensor<double, SH, LXc, stack_mesh>;
+  using w_t = typemesh::tensor<double, SW, LWc, stack_mesh>;
+  return typemesh::lstm_detail::sequence_path<typemesh::lstm_detail::roles<x_t, w_t>, w_t>;
+}
+static_assert(runs_whole_sequence<LXd, LWd>());
+static_assert(!runs_whole_sequence<LX, LW>());
+static_assert(!runs_whole_sequence<LXd, layout<n(axis1)>>());
+
 // The layers step by step as a program writes them with lstm_step: the
 // per-step path, the reference for the sequence path.
 template <class Time, class X, class W, class State>
