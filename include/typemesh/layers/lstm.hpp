@@ -590,12 +590,13 @@ struct sequence_memory {
   backend::storage<T, Space> cells;  // [steps, r, u, 2]
 };
 
-// The local sizes of a layer over the sequence: steps x rows x units, and
-// the weight's row stride (its 4u columns).
+// The local sizes of a layer over the sequence: steps x rows x units; the
+// gate columns; and the stride between the weight's input rows (or its
+// hidden rows), which alternate: two rows of 4u columns.
 struct sequence_sizes {
   std::int64_t steps = 0, rows = 0, units = 0;
   std::int64_t gates() const { return 4 * units; }
-  std::int64_t weight_stride() const { return 8 * units; }  // rows 2u and 2u + 1 alternate
+  std::int64_t weight_stride() const { return 8 * units; }
 };
 
 // The gradients of a layer over the sequence, shared by its edges: the first
