@@ -472,6 +472,50 @@ TEST(Lstm, StandardWeightsMatchAPlainCell) {
   }
 }
 
+// A weight whose dims are declared [n, k] holds the same matrix as a [k, n]
+// one; the steps, the stack and the weight's gradient must not depend on
+// that order (the kernels want k first: the layer transposes once).
+TEST(Lstm, AWeightDeclaredGateColumnsFirstGivesTheSameResults) {
+  constexpr std::int64_t u = 3, rows = 2, steps = 3;
+  const values wv = random_values(8 * u * u, 71, -0.5, 0.5), xs = random_values(steps * rows * u, 72);
+  typemesh::host_tensor<double, SW> w_kn(SW{2 * u, 4 * u}, wv);
+  typemesh::host_tensor<double, shape<n, k>> w_nk(shape<n, k>{4 * u, 2 * u});
+  for (std::int64_t r = 0; r < 2 * u; ++r)
+    for (std::int64_t q = 0; q < 4 * u; ++q) w_nk[{q, r}] = w_kn[{r, q}];
+  const typemesh::host_tensor<double, shape<time_, batch, k>> x_host({steps, rows, u}, xs);
+  // y of the stack, y of a loop of steps, and the weight's gradient as [k, n].
+  auto run = [&]<class WS>(const typemesh::host_tensor<double, WS>& w_host) {
+    return typemesh::launch(1, [&] {
+      stack_mesh m({1, 1, 1});
+      auto w = import_tensor<layout<>>(m, w_host);
+      w.requires_grad("w");
+      auto x = import_tensor<layout<>>(m, x_host);
+      auto y = typemesh::lstm<time_>(x, std::array{w});
+      typemesh::backward(typemesh::reduce_sum(y * y));
+      auto state = typemesh::lstm_zero_state<time_>(x, w);
+      values looped;
+      for (std::int64_t t = 0; t < steps; ++t) {
+        state = typemesh::lstm_step(typemesh::time_step<time_>(x, t), state.h, state.c, w);
+        for (double v : typemesh::export_tensor(state.h).values()) looped.push_back(v);
+      }
+      const auto g = typemesh::export_tensor(w.grad());
+      values grad_kn(static_cast<std::size_t>(8 * u * u));
+      for (std::int64_t r = 0; r < 2 * u; ++r)
+        for (std::int64_t q = 0; q < 4 * u; ++q) {
+          std::array<std::int64_t, 2> at{};
+          at[WS::template index_of<k>] = r;
+          at[WS::template index_of<n>] = q;
+          grad_kn[static_cast<std::size_t>(r * 4 * u + q)] = g[at];
+        }
+      return std::vector<values>{typemesh::export_tensor(y).values(), looped, grad_kn};
+    })[0];
+  };
+  const auto want = run(w_kn), got = run(w_nk);
+  expect_close(got[0], want[0], 1e-12, "lstm<time>'s y with a [n, k] weight");
+  expect_close(got[1], want[1], 1e-12, "lstm_step's h with a [n, k] weight");
+  expect_close(got[2], want[2], 1e-12, "the [n, k] weight's gradient");
+}
+
 // --- The pipeline -------------------------------------------------------------------
 
 // Layer 0's devices finish the whole forward pass before layer 1's devices

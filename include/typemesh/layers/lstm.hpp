@@ -781,6 +781,21 @@ class lstm_weight {
   const W& value() const { return *used_; }
   const std::shared_ptr<const W>& shared() const { return used_; }
 
+  // The weight with K (its rows: the dim it shares with the input) first in
+  // memory, as the cell's GEMMs read it: the weight itself when it is
+  // declared [K, N], else a transposed copy made at the first step and
+  // recorded, so every step's gradient reaches the weight through it.
+  template <class K, class N>
+  auto k_first() const {
+    if constexpr (shape_index_of<typename W::shape_type, K> == 0) {
+      return used_;
+    } else {
+      using kn_t = decltype(lstm_detail::permute<shape<K, N>>(std::declval<const W&>()));
+      if (!k_first_) k_first_ = std::make_shared<const kn_t>(lstm_detail::permute<shape<K, N>>(*used_));
+      return std::static_pointer_cast<const kn_t>(k_first_);
+    }
+  }
+
   // A step whose batch-like dims are split over `axes` uses the weight.
   void used_with(const std::array<bool, W::mesh_type::rank>& axes) const {
     if (!sum_->known) {
@@ -797,6 +812,7 @@ class lstm_weight {
   using sum_t = lstm_detail::batch_sum<W::mesh_type::rank>;
   std::shared_ptr<const W> used_;
   std::shared_ptr<sum_t> sum_;
+  mutable std::shared_ptr<const void> k_first_;  // k_first()'s copy, when W is [N, K]
 };
 
 template <class T>
@@ -843,7 +859,7 @@ auto lstm_step(const X& x_t, const H& h, const C& c, const WArg& w) {
     const auto xh = lstm_detail::interleave<typename r::k>(lstm_detail::in_order<xk>(x_t),
                                                            lstm_detail::in_order<xk>(hx));
     const auto state = lstm_detail::cell<typename r::k_axis, typename r::n_axis, typename r::state_kernel>(
-        xh, lstm_detail::in_order<typename r::c_kernel>(cx), w.shared());
+        xh, lstm_detail::in_order<typename r::c_kernel>(cx), w.template k_first<typename r::k, typename r::n>());
     // h' from n's axis to k's, on the same mesh (see the top of this file).
     auto h_new = replace_mesh<typename r::LX>(lstm_detail::part_of<typename r::hn_kernel, 0>(state), x_t.mesh());
     return lstm_state<h_t, c_t>{lstm_detail::to_order<h_t>(std::move(h_new)),
