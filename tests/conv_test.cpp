@@ -6,7 +6,8 @@
 // allreduces the layouts imply; errors naming the dims. Dims are found by
 // role: images and filters whose dims come in other orders (with any number
 // of batch-like dims) give the canonical order's values and gradients,
-// rearranged by plain loops written here.
+// rearranged by plain loops written here. Float convolutions on the host's
+// direct kernels equal the im2col path's to float rounding.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -213,6 +214,57 @@ TEST(Conv2d, PointwiseFilter) {
   const std::vector<values> in{random_values(NB * 3 * 2 * NC, 3), random_values(NC * NK, 4)};
   check_layouts<M2, layout<batch(a0), c(a1)>, layout<c(a1)>>("batch and in-channels", {2, 2}, in, pointwise_case{});
   check_layouts<M2, layout<batch(a1)>, layout<k(a0)>>("batch and out-channels", {3, 2}, in, pointwise_case{});
+}
+
+// Float convolutions whose out-channels are a multiple of 16 run the host's
+// direct kernels (backend/host/direct_conv.hpp) where the CPU has AVX2 or
+// AVX-512. Through conv2d, under layouts that split batch, in-channels and
+// out-channels (locally 16 each), the output and both gradients equal the
+// im2col path's (direct_conv_limit none) to float rounding.
+struct float_conv {
+  std::vector<values> results;  // y, d x, d filter
+};
+
+template <class LX, class LF>
+float_conv float_conv_run(std::array<int, 2> sizes, typemesh::backend::host::conv_isa limit, const config& cfg) {
+  const auto xs = random_values(2 * 6 * 5 * 32, 11), fs = random_values(3 * 3 * 32 * 32, 12);
+  const auto before = typemesh::backend::host::direct_conv_limit().exchange(limit);
+  auto per_device = typemesh::launch(sizes[0] * sizes[1], [&] {
+    M2 m(sizes);
+    auto x = import_tensor<LX>(
+        m, typemesh::host_tensor<float, image>(image{2, 6, 5, 32}, std::vector<float>(xs.begin(), xs.end())));
+    auto f = import_tensor<LF>(
+        m, typemesh::host_tensor<float, filter>(filter{3, 3, 32, 32}, std::vector<float>(fs.begin(), fs.end())));
+    x.requires_grad("x"), f.requires_grad("filter");
+    auto y = typemesh::conv2d<h, w, fh, fw>(x, f, {.strides = cfg.step, .padding = cfg.pad});
+    typemesh::backward(typemesh::reduce_sum(y * y));
+    auto whole = [](const auto& t) {
+      auto e = typemesh::export_tensor(t);
+      return values(e.values().begin(), e.values().end());
+    };
+    return float_conv{{whole(y), whole(x.grad()), whole(f.grad())}};
+  });
+  typemesh::backend::host::direct_conv_limit().store(before);
+  return per_device[0];
+}
+
+TEST(Conv2d, FloatDirectKernelsEqualTheIm2colPath) {
+  if (typemesh::backend::host::detected_conv_isa() == typemesh::backend::host::conv_isa::none) {
+    GTEST_SKIP() << "the direct kernels need AVX2 or AVX-512 and GCC or Clang";
+  }
+  using typemesh::backend::host::conv_isa;
+  const char* names[] = {"output", "image gradient", "filter gradient"};
+  for (const config& cfg : {config{{1, 1}, padding::same, "SAME stride 1"}, config{{2, 2}, padding::valid, "VALID stride 2"}}) {
+    SCOPED_TRACE(cfg.name);
+    const float_conv want = float_conv_run<layout<>, layout<>>({1, 1}, conv_isa::none, cfg);
+    auto check = [&](const float_conv& got, const std::string& what) {
+      for (int i = 0; i < 3; ++i) expect_close(got.results[i], want.results[i], 1e-4, what + " " + names[i]);
+    };
+    check(float_conv_run<layout<>, layout<>>({1, 1}, conv_isa::avx512, cfg), "one device");
+    check(float_conv_run<layout<>, layout<>>({1, 1}, conv_isa::avx2, cfg), "one device, AVX2");
+    check(float_conv_run<layout<batch(a0)>, layout<k(a1)>>({2, 2}, conv_isa::avx512, cfg), "batch and out-channels");
+    check(float_conv_run<layout<c(a0)>, layout<c(a0)>>({2, 1}, conv_isa::avx512, cfg), "in-channels split");
+  }
 }
 
 // SAME with an even filter pads 0 before and 1 after (TensorFlow): a filter

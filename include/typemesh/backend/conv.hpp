@@ -3,15 +3,19 @@
 // out-channels]. im2col lays each output pixel's patch out as a row of a
 // matrix; col2im adds such rows back into the image; the three products of a
 // convolution (output, image gradient, filter gradient) are im2col or col2im
-// around one gemm per chunk of images. Nothing here communicates.
+// around one gemm per chunk of images. On the host, float convolutions whose
+// shape suits them skip all that and run the direct kernels of
+// backend/host/direct_conv.hpp. Nothing here communicates.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "typemesh/backend/blas.hpp"
 #include "typemesh/backend/config.hpp"
+#include "typemesh/backend/host/direct_conv.hpp"
 #include "typemesh/backend/parallel.hpp"
 #include "typemesh/backend/storage.hpp"
 
@@ -151,11 +155,45 @@ void for_each_image_chunk(Space, const conv_geometry& g, Step step) {
   }
 }
 
+// The direct kernels' description of a geometry.
+inline host::direct_conv_shape direct_shape(const conv_geometry& g) {
+  host::direct_conv_shape d;
+  d.images = g.images, d.in_h = g.h.in, d.in_w = g.w.in, d.channels = g.channels, d.out_channels = g.out_channels;
+  d.filter_h = g.h.size, d.filter_w = g.w.size, d.stride_h = g.h.stride, d.stride_w = g.w.stride;
+  d.pad_h = g.h.pad_before, d.pad_w = g.w.pad_before, d.out_h = g.h.out, d.out_w = g.w.out;
+  return d;
+}
+
+// Whether the direct kernels take a host float convolution
+// (host::direct_conv_suits), and with which instruction set.
+template <class Space, class T>
+host::conv_isa direct_isa(const conv_geometry& g) {
+  if constexpr (std::is_same_v<Space, host_space> && std::is_same_v<T, float>) {
+    return host::direct_conv_suits(direct_shape(g));
+  } else {
+    return host::conv_isa::none;
+  }
+}
+template <class Space, class T>
+host::conv_isa direct_image_grad_isa(const conv_geometry& g) {
+  if constexpr (std::is_same_v<Space, host_space> && std::is_same_v<T, float>) {
+    return host::direct_conv_image_grad_suits(direct_shape(g));
+  } else {
+    return host::conv_isa::none;
+  }
+}
+
 // out = columns(image) . filter, a chunk of images at a time. An empty
 // geometry leaves `out` as it is.
 template <class Space, class T>
 void conv_forward(Space s, const T* image, const T* filter, T* out, const conv_geometry& g) {
   if (g.empty()) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (const auto isa = direct_isa<Space, T>(g); isa != host::conv_isa::none) {
+      host::direct_conv_forward(image, filter, out, direct_shape(g), isa);
+      return;
+    }
+  }
   const std::int64_t p = g.patch(), k = g.out_channels, pix = g.out_pixels();
   if (g.pointwise()) {
     gemm(s, false, false, g.images * pix, k, p, T{1}, image, p, filter, k, T{0}, out, k);
@@ -167,10 +205,17 @@ void conv_forward(Space s, const T* image, const T* filter, T* out, const conv_g
   });
 }
 
-// d_image += col2im(d_out . filter^T); d_image starts at zero.
+// d_image += col2im(d_out . filter^T); d_image starts at zero (the direct
+// kernel writes it).
 template <class Space, class T>
 void conv_image_grad(Space s, const T* d_out, const T* filter, T* d_image, const conv_geometry& g) {
   if (g.empty()) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (const auto isa = direct_image_grad_isa<Space, T>(g); isa != host::conv_isa::none) {
+      host::direct_conv_image_grad(d_out, filter, d_image, direct_shape(g), isa);
+      return;
+    }
+  }
   const std::int64_t p = g.patch(), k = g.out_channels, pix = g.out_pixels();
   if (g.pointwise()) {
     gemm(s, false, true, g.images * pix, p, k, T{1}, d_out, k, filter, k, T{0}, d_image, p);
@@ -186,6 +231,12 @@ void conv_image_grad(Space s, const T* d_out, const T* filter, T* d_image, const
 template <class Space, class T>
 void conv_filter_grad(Space s, const T* image, const T* d_out, T* d_filter, const conv_geometry& g) {
   if (g.empty()) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (const auto isa = direct_isa<Space, T>(g); isa != host::conv_isa::none) {
+      host::direct_conv_filter_grad(image, d_out, d_filter, direct_shape(g), isa);
+      return;
+    }
+  }
   const std::int64_t p = g.patch(), k = g.out_channels, pix = g.out_pixels();
   if (g.pointwise()) {
     gemm(s, true, false, p, k, g.images * pix, T{1}, image, p, d_out, k, T{0}, d_filter, k);

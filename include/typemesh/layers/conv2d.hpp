@@ -44,17 +44,21 @@
 // exchanges, which typemesh does not do.
 //
 // The local kernel (backend/conv.hpp, in the mesh's space) is im2col + one
-// GEMM per chunk of images; a 1x1 convolution with stride 1 skips im2col. It
-// reads this device's slices in the order [batch-like..., height, width,
-// in-channels] (NHWC) and [filter height, filter width, in-channels,
-// out-channels] (HWIO) and writes [batch-like..., height, width,
-// out-channels]. A tensor whose dims come in another order is transposed
-// locally into that order (and the results back); one that already is in it
-// is used in place. No transpose communicates: every dim keeps its axis.
-// Backward: the image's gradient is a GEMM then col2im, the filter's a GEMM
-// over the recomputed columns. col2im runs one index per image pixel, which
-// gathers its taps in the order a sequential scatter over the columns would
-// add them, so it gives that loop's bits on any number of threads.
+// GEMM per chunk of images; a 1x1 convolution with stride 1 skips im2col. On
+// the host, float convolutions with out-channels a multiple of 16 run direct
+// kernels instead (backend/host/direct_conv.hpp), on CPUs with AVX2 or
+// AVX-512. The kernel reads this device's slices in the order
+// [batch-like..., height, width, in-channels] (NHWC) and [filter height,
+// filter width, in-channels, out-channels] (HWIO) and writes [batch-like...,
+// height, width, out-channels]. A tensor whose dims come in another order is
+// transposed locally into that order (and the results back); one that
+// already is in it is used in place. No transpose communicates: every dim
+// keeps its axis. Backward: the image's gradient is a GEMM then col2im, the
+// filter's a GEMM over the recomputed columns (on the direct path, the
+// filter's gradient is a direct kernel and, at stride 1, the image's a
+// forward one). col2im runs one index per image pixel, which gathers its taps
+// in the order a sequential scatter over the columns would add them, so it
+// gives that loop's bits on any number of threads.
 //
 // This file also holds what pooling (layers/pooling.hpp) shares with
 // convolution: padding, strides, the window arithmetic, the local

@@ -1,0 +1,425 @@
+// Direct convolution on the host, float only: no im2col matrix and no GEMM
+// packing. backend/conv.hpp calls it for the forward product, the filter's
+// gradient and (stride 1) the image's gradient when direct_conv_suits()
+// says so, and falls back to im2col + GEMM otherwise.
+//
+// Layouts as in backend/conv.hpp: images [images, height, width, channels],
+// filters [height, width, channels, out-channels], outputs [images, out
+// height, out width, out-channels].
+//
+// Users compile the library with their own flags, usually without -march, so
+// the kernels are compiled for AVX-512 and for AVX2 with target attributes
+// and picked once at run time by what the CPU reports. The vector code is
+// written with GCC/Clang vector extensions in templates that are inlined
+// into the target-specific functions, so one body serves both widths. Where
+// neither target exists (other CPUs, other compilers, nvcc), the direct path
+// is off and conv.hpp uses im2col.
+//
+// Sums run in one fixed order per output element (forward: taps row by row,
+// then in-channels; filter gradient: output pixels in order), whichever
+// thread computes them, so results have the same bits at any thread count.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "typemesh/backend/parallel.hpp"
+
+#if !defined(__CUDACC__) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TYPEMESH_DIRECT_CONV 1
+#else
+#define TYPEMESH_DIRECT_CONV 0
+#endif
+
+namespace typemesh::backend::host {
+
+// The instruction sets the direct kernels are built for, weakest first.
+enum class conv_isa { none, avx2, avx512 };
+
+// One convolution for the direct kernels: the output's size is given, not
+// derived, so the image gradient can run as a forward convolution of the
+// output gradient.
+struct direct_conv_shape {
+  std::int64_t images = 0, in_h = 0, in_w = 0, channels = 0, out_channels = 0;
+  std::int64_t filter_h = 1, filter_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  std::int64_t out_h = 0, out_w = 0;
+};
+
+// What this CPU can run (none where the direct path is compiled out).
+inline conv_isa detected_conv_isa() {
+#if TYPEMESH_DIRECT_CONV
+  static const conv_isa isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) return conv_isa::avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return conv_isa::avx2;
+    return conv_isa::none;
+  }();
+  return isa;
+#else
+  return conv_isa::none;
+#endif
+}
+
+// The strongest set the direct kernels may use, for tests and benchmarks
+// that compare the paths; none turns the direct path off.
+inline std::atomic<conv_isa>& direct_conv_limit() {
+  static std::atomic<conv_isa> limit{conv_isa::avx512};
+  return limit;
+}
+
+inline conv_isa direct_conv_isa() { return std::min(detected_conv_isa(), direct_conv_limit().load()); }
+
+// The rule: out-channels a multiple of 16 (whole vectors of either width),
+// any filter size, stride and padding. The image gradient runs as a forward
+// convolution whose out-channels are the in-channels, so it needs stride 1
+// and in-channels a multiple of 16.
+inline conv_isa direct_conv_suits(const direct_conv_shape& s) {
+  return s.out_channels % 16 == 0 ? direct_conv_isa() : conv_isa::none;
+}
+inline conv_isa direct_conv_image_grad_suits(const direct_conv_shape& s) {
+  return s.channels % 16 == 0 && s.stride_h == 1 && s.stride_w == 1 ? direct_conv_isa() : conv_isa::none;
+}
+
+#if TYPEMESH_DIRECT_CONV
+namespace direct {
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v8 __attribute__((vector_size(32)));
+
+// Vectors go by reference: a 64-byte vector by value outside an AVX-512
+// function would change the ABI (and GCC warns).
+template <class V>
+[[gnu::always_inline]] inline void load(V& v, const float* p) {
+  __builtin_memcpy(&v, p, sizeof(V));
+}
+template <class V>
+[[gnu::always_inline]] inline void store(float* p, const V& v) {
+  __builtin_memcpy(p, &v, sizeof(V));
+}
+
+// Output pixels [ow0, ow0 + P) of row (b, oh), out-channels [k0, k0 + NV
+// lanes): P x NV accumulators; for each tap, each in-channel: NV filter
+// vectors, and one broadcast input value per pixel. Taps above or below the
+// image are skipped; taps left or right of it read `zeros`.
+template <class V, int NV, int P>
+[[gnu::always_inline]] inline void forward_block(const float* x, const float* f, float* y,
+                                                 const direct_conv_shape& g, const float* zeros, std::int64_t b,
+                                                 std::int64_t oh, std::int64_t ow0, std::int64_t k0) {
+  constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(float));
+  const std::int64_t c = g.channels, k = g.out_channels;
+  V acc[P][NV];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[p][v] = V{};
+  const std::int64_t ih0 = oh * g.stride_h - g.pad_h;
+  const std::int64_t i0 = std::max<std::int64_t>(0, -ih0), i1 = std::min(g.filter_h, g.in_h - ih0);
+  for (std::int64_t i = i0; i < i1; ++i) {
+    const float* row = x + (b * g.in_h + ih0 + i) * g.in_w * c;
+    for (std::int64_t j = 0; j < g.filter_w; ++j) {
+      const float* src[P];
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) {
+        const std::int64_t iw = (ow0 + p) * g.stride_w - g.pad_w + j;
+        src[p] = iw >= 0 && iw < g.in_w ? row + iw * c : zeros;
+      }
+      const float* tap = f + (i * g.filter_w + j) * c * k + k0;
+      for (std::int64_t ci = 0; ci < c; ++ci, tap += k) {
+        V w[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) load(w[v], tap + v * lanes);
+#pragma GCC unroll 8
+        for (int p = 0; p < P; ++p) {
+          const float s = src[p][ci];
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) acc[p][v] += w[v] * s;
+        }
+      }
+    }
+  }
+  float* out = y + ((b * g.out_h + oh) * g.out_w + ow0) * k + k0;
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) store(out + p * k + v * lanes, acc[p][v]);
+}
+
+// forward_block for a block of n <= P pixels.
+template <class V, int NV, int P>
+[[gnu::always_inline]] inline void forward_pixels(std::int64_t n, const float* x, const float* f, float* y,
+                                                  const direct_conv_shape& g, const float* zeros, std::int64_t b,
+                                                  std::int64_t oh, std::int64_t ow0, std::int64_t k0) {
+  if constexpr (P > 1) {
+    if (n < P) return forward_pixels<V, NV, P - 1>(n, x, f, y, g, zeros, b, oh, ow0, k0);
+  }
+  forward_block<V, NV, P>(x, f, y, g, zeros, b, oh, ow0, k0);
+}
+
+// One output row's out-channels [k0, k0 + NV lanes), in the fewest blocks of
+// at most P pixels, of sizes differing by at most one (32 pixels: 6, 6, 5,
+// 5, 5, 5), so no block is left nearly empty.
+template <class V, int NV, int P>
+[[gnu::always_inline]] inline void forward_row(const float* x, const float* f, float* y, const direct_conv_shape& g,
+                                               const float* zeros, std::int64_t b, std::int64_t oh,
+                                               std::int64_t k0) {
+  const std::int64_t blocks = (g.out_w + P - 1) / P;
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    const std::int64_t ow0 = g.out_w * block / blocks, ow1 = g.out_w * (block + 1) / blocks;
+    forward_pixels<V, NV, P>(ow1 - ow0, x, f, y, g, zeros, b, oh, ow0, k0);
+  }
+}
+
+// Filter gradient of tap (i, j), in-channels [c0, c0 + CB) and out-channels
+// [k0, k0 + NV lanes), over output rows [row0, row1) (row = image * out_h +
+// out row): adds, pixel by pixel in order, x[pixel moved by the tap] *
+// d_out[pixel] to the sums kept in df.
+template <class V, int NV, int CB>
+[[gnu::always_inline]] inline void filter_rows(const float* x, const float* dy, float* df,
+                                               const direct_conv_shape& g, std::int64_t row0, std::int64_t row1,
+                                               std::int64_t i, std::int64_t j, std::int64_t c0, std::int64_t k0) {
+  constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(float));
+  const std::int64_t c = g.channels, k = g.out_channels;
+  // The output columns whose tap j lands inside the image: 0 <= ow * stride - pad + j < in_w.
+  const std::int64_t lo = g.pad_w - j, hi = g.in_w - 1 + g.pad_w - j;
+  const std::int64_t ow0 = lo <= 0 ? 0 : (lo + g.stride_w - 1) / g.stride_w;
+  const std::int64_t ow1 = hi < 0 ? 0 : std::min(g.out_w, hi / g.stride_w + 1);
+  if (ow0 >= ow1) return;
+  float* d = df + ((i * g.filter_w + j) * c + c0) * k + k0;
+  V acc[CB][NV];
+#pragma GCC unroll 8
+  for (int q = 0; q < CB; ++q)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) load(acc[q][v], d + q * k + v * lanes);
+  const std::int64_t x_step = g.stride_w * c;
+  std::int64_t b = row0 / g.out_h, oh = row0 % g.out_h;
+  for (std::int64_t row = row0; row < row1; ++row, ++oh) {
+    if (oh == g.out_h) oh = 0, ++b;
+    const std::int64_t ih = oh * g.stride_h - g.pad_h + i;
+    if (ih < 0 || ih >= g.in_h) continue;
+    const float* xp = x + ((b * g.in_h + ih) * g.in_w + ow0 * g.stride_w - g.pad_w + j) * c + c0;
+    const float* dp = dy + (row * g.out_w + ow0) * k + k0;
+    for (std::int64_t ow = ow0; ow < ow1; ++ow, xp += x_step, dp += k) {
+      V e[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) load(e[v], dp + v * lanes);
+#pragma GCC unroll 8
+      for (int q = 0; q < CB; ++q) {
+        const float s = xp[q];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[q][v] += e[v] * s;
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int q = 0; q < CB; ++q)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) store(d + q * k + v * lanes, acc[q][v]);
+}
+
+// How one instruction set blocks the work: out-channels in blocks of `wide`
+// vectors, the rest (a multiple of 16) in blocks of `narrow`; `pixels`
+// output pixels per forward block, `channels` in-channels per filter-gradient
+// block (the rest in pairs, then singly). Sized so the accumulators and the
+// loaded vectors fit the registers.
+template <class V, int Wide, int Pixels, int Channels>
+struct blocking {
+  using vec = V;
+  static constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(float));
+  static constexpr int wide = Wide, narrow = 16 / lanes, pixels = Pixels, channels = Channels;
+  static constexpr std::int64_t wide_width = std::int64_t{Wide} * lanes;
+};
+using avx512_blocking = blocking<v16, 4, 6, 6>;  // 24 accumulators of 32 registers
+using avx2_blocking = blocking<v8, 4, 3, 3>;     // 12 accumulators of 16 registers
+
+// Out-channel blocks: k / wide_width wide ones, then 16 wide ones.
+template <class B>
+inline std::int64_t out_blocks(std::int64_t k) {
+  return k / B::wide_width + (k % B::wide_width) / 16;
+}
+template <class B>
+inline bool wide_block(std::int64_t block, std::int64_t k) {
+  return block < k / B::wide_width;
+}
+template <class B>
+inline std::int64_t out_block_start(std::int64_t block, std::int64_t k) {
+  const std::int64_t wide = k / B::wide_width;
+  return block < wide ? block * B::wide_width : wide * B::wide_width + (block - wide) * 16;
+}
+// In-channel blocks of the filter gradient: c / channels full ones, then
+// pairs, then single channels.
+template <class B>
+inline std::int64_t in_blocks(std::int64_t c) {
+  return c / B::channels + c % B::channels / 2 + c % B::channels % 2;
+}
+
+// Forward item: output row item / blocks, out-channel block item % blocks.
+template <class B>
+[[gnu::always_inline]] inline void forward_item(const float* x, const float* f, float* y, const direct_conv_shape& g,
+                                                const float* zeros, std::int64_t item) {
+  const std::int64_t blocks = out_blocks<B>(g.out_channels);
+  const std::int64_t row = item / blocks, block = item % blocks;
+  const std::int64_t b = row / g.out_h, oh = row % g.out_h, k0 = out_block_start<B>(block, g.out_channels);
+  if (wide_block<B>(block, g.out_channels)) {
+    forward_row<typename B::vec, B::wide, B::pixels>(x, f, y, g, zeros, b, oh, k0);
+  } else {
+    forward_row<typename B::vec, B::narrow, B::pixels>(x, f, y, g, zeros, b, oh, k0);
+  }
+}
+
+// Filter-gradient items [first, last), numbered (tap, in-channel block,
+// out-channel block): zeroed, then summed over the output rows in order, a
+// chunk of rows at a time, all of this group's items per chunk while its
+// rows are in cache. The sums wait in df between chunks; a float's store and
+// load are exact, so each element's sum is the plain pixel-order sum.
+template <class B>
+[[gnu::always_inline]] inline void filter_items(const float* x, const float* dy, float* df,
+                                                const direct_conv_shape& g, std::int64_t first, std::int64_t last) {
+  using V = typename B::vec;
+  const std::int64_t c = g.channels, k = g.out_channels;
+  const std::int64_t kb = out_blocks<B>(k), cb = in_blocks<B>(c);
+  const std::int64_t full = c / B::channels, pairs = c % B::channels / 2;
+  struct item_t {
+    std::int64_t i, j, c0, k0;
+    int channels;  // B::channels, 2 or 1
+    bool wide;
+  };
+  std::vector<item_t> items;
+  for (std::int64_t item = first; item < last; ++item) {
+    const std::int64_t tap = item / (cb * kb), in_block = item / kb % cb;
+    item_t t{tap / g.filter_w, tap % g.filter_w, 0, out_block_start<B>(item % kb, k), 1, wide_block<B>(item % kb, k)};
+    if (in_block < full) {
+      t.c0 = in_block * B::channels, t.channels = B::channels;
+    } else if (in_block < full + pairs) {
+      t.c0 = full * B::channels + (in_block - full) * 2, t.channels = 2;
+    } else {
+      t.c0 = full * B::channels + pairs * 2 + (in_block - full - pairs);
+    }
+    items.push_back(t);
+    const std::int64_t width = t.wide ? B::wide_width : 16;
+    for (int q = 0; q < t.channels; ++q) std::fill_n(df + (tap * c + t.c0 + q) * k + t.k0, width, 0.0f);
+  }
+  // About 256 output pixels per chunk: their rows of x and d_out stay in L2.
+  const std::int64_t rows = g.images * g.out_h, chunk = std::max<std::int64_t>(1, 256 / std::max<std::int64_t>(1, g.out_w));
+  for (std::int64_t row0 = 0; row0 < rows; row0 += chunk) {
+    const std::int64_t row1 = std::min(rows, row0 + chunk);
+    for (const item_t& t : items) {
+      if (t.wide) {
+        if (t.channels == B::channels) filter_rows<V, B::wide, B::channels>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0);
+        else if (t.channels == 2) filter_rows<V, B::wide, 2>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0);
+        else filter_rows<V, B::wide, 1>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0);
+      } else {
+        if (t.channels == B::channels) filter_rows<V, B::narrow, B::channels>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0);
+        else if (t.channels == 2) filter_rows<V, B::narrow, 2>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0);
+        else filter_rows<V, B::narrow, 1>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0);
+      }
+    }
+  }
+}
+
+// The instruction-set-specific functions: the templates above are inlined
+// into them and compiled for their target. Not inlined into the
+// (plain-target) callers.
+__attribute__((target("avx512f,fma"))) inline void forward_avx512(const float* x, const float* f, float* y,
+                                                                  const direct_conv_shape& g, const float* zeros,
+                                                                  std::int64_t item) {
+  forward_item<avx512_blocking>(x, f, y, g, zeros, item);
+}
+__attribute__((target("avx2,fma"))) inline void forward_avx2(const float* x, const float* f, float* y,
+                                                             const direct_conv_shape& g, const float* zeros,
+                                                             std::int64_t item) {
+  forward_item<avx2_blocking>(x, f, y, g, zeros, item);
+}
+__attribute__((target("avx512f,fma"))) inline void filter_avx512(const float* x, const float* dy, float* df,
+                                                                 const direct_conv_shape& g, std::int64_t first,
+                                                                 std::int64_t last) {
+  filter_items<avx512_blocking>(x, dy, df, g, first, last);
+}
+__attribute__((target("avx2,fma"))) inline void filter_avx2(const float* x, const float* dy, float* df,
+                                                            const direct_conv_shape& g, std::int64_t first,
+                                                            std::int64_t last) {
+  filter_items<avx2_blocking>(x, dy, df, g, first, last);
+}
+
+}  // namespace direct
+
+// y = x (*) f with the kernels of `isa` (avx2 or avx512; direct_conv_suits).
+// One index per output row and out-channel block.
+inline void direct_conv_forward(const float* x, const float* f, float* y, const direct_conv_shape& g, conv_isa isa) {
+  using namespace direct;
+  const std::int64_t blocks = isa == conv_isa::avx512 ? out_blocks<avx512_blocking>(g.out_channels)
+                                                      : out_blocks<avx2_blocking>(g.out_channels);
+  const std::vector<float> zero_row(static_cast<std::size_t>(g.channels), 0.0f);
+  const float* zeros = zero_row.data();
+  const std::int64_t work = g.out_w * (g.out_channels / blocks) * g.filter_h * g.filter_w * g.channels;
+  parallel_for(
+      host_space{}, g.images * g.out_h * blocks,
+      [=](std::int64_t item) {
+        if (isa == conv_isa::avx512) {
+          forward_avx512(x, f, y, g, zeros, item);
+        } else {
+          forward_avx2(x, f, y, g, zeros, item);
+        }
+      },
+      grain_for(work));
+}
+
+// df = the filter gradient of y = x (*) f given dy, summed over every output
+// pixel. The items (tap, in-channel block, out-channel block) are split into
+// one contiguous group per thread; each group walks the output rows once.
+inline void direct_conv_filter_grad(const float* x, const float* dy, float* df, const direct_conv_shape& g,
+                                    conv_isa isa) {
+  using namespace direct;
+  const bool wide = isa == conv_isa::avx512;
+  const std::int64_t items = g.filter_h * g.filter_w *
+                             (wide ? in_blocks<avx512_blocking>(g.channels) : in_blocks<avx2_blocking>(g.channels)) *
+                             (wide ? out_blocks<avx512_blocking>(g.out_channels)
+                                   : out_blocks<avx2_blocking>(g.out_channels));
+  // A group's work in multiply-adds; small problems stay on one thread.
+  const std::int64_t work = g.images * g.out_h * g.out_w * g.filter_h * g.filter_w * g.channels * g.out_channels;
+  const std::int64_t groups =
+      std::clamp<std::int64_t>(std::min<std::int64_t>(kernel_threads(), work / (16 * default_grain)), 1, items);
+  parallel_for(
+      host_space{}, groups,
+      [=](std::int64_t group) {
+        const std::int64_t first = items * group / groups, last = items * (group + 1) / groups;
+        if (wide) {
+          filter_avx512(x, dy, df, g, first, last);
+        } else {
+          filter_avx2(x, dy, df, g, first, last);
+        }
+      },
+      1);
+}
+
+// dx = the image gradient of y = x (*) f given dy, for stride 1
+// (direct_conv_image_grad_suits): the forward convolution of dy with the
+// filter turned round (taps reversed, in- and out-channels swapped), padded
+// so that every tap that read an image pixel reaches it back.
+inline void direct_conv_image_grad(const float* dy, const float* f, float* dx, const direct_conv_shape& g,
+                                   conv_isa isa) {
+  const std::int64_t fh = g.filter_h, fw = g.filter_w, c = g.channels, k = g.out_channels;
+  std::vector<float> turned(static_cast<std::size_t>(fh * fw * c * k));
+  for (std::int64_t i = 0; i < fh; ++i)
+    for (std::int64_t j = 0; j < fw; ++j)
+      for (std::int64_t ci = 0; ci < c; ++ci)
+        for (std::int64_t ko = 0; ko < k; ++ko)
+          turned[static_cast<std::size_t>((((fh - 1 - i) * fw + (fw - 1 - j)) * k + ko) * c + ci)] =
+              f[((i * fw + j) * c + ci) * k + ko];
+  direct_conv_shape t;
+  t.images = g.images;
+  t.in_h = g.out_h, t.in_w = g.out_w, t.channels = k, t.out_channels = c;
+  t.filter_h = fh, t.filter_w = fw;
+  t.pad_h = fh - 1 - g.pad_h, t.pad_w = fw - 1 - g.pad_w;
+  t.out_h = g.in_h, t.out_w = g.in_w;
+  direct_conv_forward(dy, turned.data(), dx, t, isa);
+}
+#else
+// Never called: direct_conv_suits is none here.
+inline void direct_conv_forward(const float*, const float*, float*, const direct_conv_shape&, conv_isa) {}
+inline void direct_conv_filter_grad(const float*, const float*, float*, const direct_conv_shape&, conv_isa) {}
+inline void direct_conv_image_grad(const float*, const float*, float*, const direct_conv_shape&, conv_isa) {}
+#endif
+
+}  // namespace typemesh::backend::host
