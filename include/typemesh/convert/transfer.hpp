@@ -1,6 +1,9 @@
-// Carrying out a transfer plan: each device packs what it sends to each peer
-// into one message, copies what it keeps, and unpacks what it receives. Sends
-// are buffered, so no order of devices can deadlock.
+// Carrying out a transfer plan. On host threads (a communicator that lends
+// memory) each receiver copies its pieces straight from the senders' source
+// slices into its target slice; elsewhere (MPI, NCCL, GPU memory) each device
+// packs what it sends to each peer into one message, copies what it keeps,
+// and unpacks what it receives. Neither waits on a receiver for longer than a
+// buffered send would, so no order of devices can deadlock.
 //
 // Every message is labelled with the transfer's description (the operation,
 // both meshes, the dims and both layouts) and its place in the stream between
@@ -11,8 +14,10 @@
 #pragma once
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -51,6 +56,56 @@ struct local_slice {
   }
 };
 
+// The pieces of `plan` moved on host memory by a communicator that lends
+// (host threads): each device lends its source slice to every device it
+// sends to, and each receiver copies its pieces from the lenders' slices
+// straight into its target slice, so every element moves once. The label
+// still goes ahead of each loan, so a receiver never takes another
+// transfer's. Before returning (also on an error) each device waits until
+// its slice is no longer read. A target slice of a megabyte or more is
+// written with stores that bypass the caches (backend::stream_box): it does
+// not stay in a core's cache anyway, and not reading it in first halves the
+// memory traffic.
+template <class T, std::size_t Rank>
+void pull_transfer(device& dev, const std::string& what, const transfer_plan<Rank>& plan,
+                   local_slice<const T, Rank> in, local_slice<T, Rank> out) {
+  const int me = dev.id();
+  const host_space s;
+  const bool stream = out.slice.elements() * std::int64_t(sizeof(T)) >= (std::int64_t(1) << 20);
+  auto copy = [&](const T* src, const backend::region<Rank>& from, const backend::region<Rank>& to,
+                  const std::array<std::int64_t, Rank>& extent) {
+    if (stream) backend::stream_box(s, src, from, out.data, to, extent);
+    else backend::copy_box(s, src, from, out.data, to, extent);
+  };
+  std::map<int, std::int64_t> to_send;
+  std::map<int, std::vector<const transfer_piece<Rank>*>> to_receive;
+  for (const auto& p : plan.pieces) {
+    if (p.from == me && p.to != me) to_send[p.to] += p.region.elements();
+    if (p.to == me && p.from != me) to_receive[p.from].push_back(&p);
+  }
+  struct settle_on_exit {
+    device& dev;
+    ~settle_on_exit() { dev.settle_loans(); }
+  } settle{dev};
+  const std::span<const T> mine(in.data, static_cast<std::size_t>(in.slice.elements()));
+  for (const auto& [peer, n] : to_send) dev.lend_labelled<T>(what, peer, mine, static_cast<std::size_t>(n));
+
+  // What this device keeps.
+  for (const auto& p : plan.pieces) {
+    if (p.from == me && p.to == me) copy(in.data, in.region_of(p.region), out.region_of(p.region), p.region.extent);
+  }
+
+  // Incoming, in the senders' order.
+  for (const auto& [peer, pieces] : to_receive) {
+    std::int64_t n = 0;
+    for (auto* p : pieces) n += p->region.elements();
+    const auto [theirs, hold] = dev.borrow_labelled<T>(what, peer, static_cast<std::size_t>(pieces[0]->source.elements()),
+                                                       static_cast<std::size_t>(n));
+    const local_slice<const T, Rank> from{theirs.data(), pieces[0]->source};
+    for (auto* p : pieces) copy(from.data, from.region_of(p->region), out.region_of(p->region), p->region.extent);
+  }
+}
+
 // Moves the pieces of `plan` from `in` (this device's source slice) into
 // `out` (its target slice), both in the memory of Space. Compiled once per
 // space, element type and rank.
@@ -58,6 +113,9 @@ template <class Space, class T, std::size_t Rank>
 void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& plan, local_slice<const T, Rank> in,
                   local_slice<T, Rank> out) {
   device& dev = this_device();
+  if constexpr (std::is_same_v<Space, host_space>) {
+    if (dev.lends()) return pull_transfer<T, Rank>(dev, what, plan, in, out);
+  }
   const int me = dev.id();
   auto packed = [](const box<Rank>& b) { return backend::region<Rank>{b.extent, {}}; };
 
@@ -142,7 +200,8 @@ tensor<T, S, NewLayout, M2> transfer_as(const std::string& what, const tensor<T,
   using out_t = tensor<T, S, NewLayout, M2>;
   constexpr std::size_t rank = S::rank;
   try {
-    out_t out(to, x.shape());
+    // Uninitialised: the plan's pieces tile every target slice (transfer_plan.hpp).
+    out_t out(to, x.shape(), uninitialized);
     const int me = x.device();
     if (!x.mesh().contains(me) && !to.contains(me)) return with_gradient(std::move(out), x, what);
     const auto plan = make_transfer_plan<rank>(x.shape().sizes(),
