@@ -305,8 +305,9 @@ void copy_box(Space space, const T* src, const region<Rank>& from, T* dst, const
 
 // copy_box for a large target that is not read again soon (a transfer's
 // target slice of megabytes): on the host its stores bypass the caches, which
-// spares reading each target line in before it is overwritten, about half the
-// memory traffic. Every element is written when it returns, as by copy_box.
+// spares reading each target line in before it is overwritten, a third of the
+// copy's memory traffic. Every element is written and visible to other threads
+// when it returns, as with copy_box.
 template <class T, std::size_t Rank>
 void stream_box(host_space space, const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
                 const std::array<std::int64_t, Rank>& extent) {

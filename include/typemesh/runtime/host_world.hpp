@@ -3,7 +3,15 @@
 // buffers and then reads the parts it needs from its peers' memory, which is
 // exactly the traffic the device counts (a reduce-scatter then an allgather
 // for allreduce). Reductions run in member order, so every member gets
-// bit-identical results.
+// bit-identical results. A collective of small inputs (small_bytes) copies
+// them into the rendezvous instead and meets once: on a busy machine the
+// wake-ups of a meeting cost more than copying a few KiB.
+//
+// Point-to-point messages are buffered in a mailbox per (sender, receiver,
+// tag). A device may also lend a buffer in the place of a message (a
+// transfer's source slice): the receiver reads the lender's memory, and the
+// lender's settle returns once that is done, or copies the buffer out into
+// the message when its receiver does not take it soon.
 //
 // Nothing waits forever: a wait gives up after the world's timeout with an
 // error naming the collective, the group and the devices that never came, and
