@@ -589,9 +589,12 @@ class host_communicator {
       r.calls[parity][member].out = p;
     }
 
-    // Member j's input: its buffer, or the copy it published.
+    // Member j's input: its buffer, or the copy it published (none when
+    // every input is empty).
     const std::byte* input(int j) const {
-      return small ? r.small[parity].data() + j * host_world::small_bytes : static_cast<const std::byte*>(calls()[j].in);
+      if (!small) return static_cast<const std::byte*>(calls()[j].in);
+      const auto& slots = r.small[parity];
+      return slots.empty() ? nullptr : slots.data() + j * host_world::small_bytes;
     }
 
     template <class T>
