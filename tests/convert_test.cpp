@@ -464,37 +464,44 @@ typemesh::host_tensor<float, S3> counting(const S3& s, float from) {
 
 // A target device skips a replace_mesh: its next replace_mesh must not take
 // the skipped one's message (it used to, silently, with the wrong values).
+// Both as messages (small) and as loans (64 KiB and more a pair, host threads).
+const S3 small_and_lent[] = {S3{4, 2, 2}, S3{64, 32, 32}};
+
 TEST(Identity, ASkippedReplaceMeshIsNamedNotTakenByTheNext) {
-  const auto h = counting(S3{4, 2, 2}, 0), g = counting(S3{4, 2, 2}, 1000);
-  expect_error<typemesh::collective_error>(
-      [&] {
-        launch({.devices = 4, .backend = host}, [&](device& dev) {
-          M1 from({2}, {0, 1});
-          M2 to({2}, {2, 3});
-          auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
-          auto y = typemesh::import_tensor<layout<d1(a0)>>(from, g);
-          if (dev.id() != 3) (void)typemesh::replace_mesh<layout<d0(a0)>>(x, to);  // device 3 skips this one
-          auto z = typemesh::replace_mesh<layout<d1(a0)>>(y, to);
-          if (to.contains(dev.id())) expect_local(z, [&](auto i) { return g[i]; });
-        });
-      },
-      {"replace_mesh from mesh 'one'", "to mesh 'two'", "dims [d0=4 d1=2 d2=2], layout<", "to layout<",
-       "belongs to replace_mesh from mesh 'one'", "skipped a transfer"});
+  for (const S3& s : small_and_lent) {
+    const auto h = counting(s, 0), g = counting(s, 1000);
+    expect_error<typemesh::collective_error>(
+        [&] {
+          launch({.devices = 4, .backend = host}, [&](device& dev) {
+            M1 from({2}, {0, 1});
+            M2 to({2}, {2, 3});
+            auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
+            auto y = typemesh::import_tensor<layout<d1(a0)>>(from, g);
+            if (dev.id() != 3) (void)typemesh::replace_mesh<layout<d0(a0)>>(x, to);  // device 3 skips this one
+            auto z = typemesh::replace_mesh<layout<d1(a0)>>(y, to);
+            if (to.contains(dev.id())) expect_local(z, [&](auto i) { return g[i]; });
+          });
+        },
+        {"replace_mesh from mesh 'one'", "to mesh 'two'", "layout<", "to layout<",
+         "belongs to replace_mesh from mesh 'one'", "skipped a transfer"});
+  }
 }
 
 // A skipped replace_mesh that nothing follows is reported when the program ends.
 TEST(Identity, ALeftoverTransferMessageIsReportedAtTheEnd) {
-  const auto h = counting(S3{4, 2, 2}, 0);
-  expect_error<typemesh::collective_error>(
-      [&] {
-        launch({.devices = 4, .backend = host}, [&](device& dev) {
-          M1 from({2}, {0, 1});
-          M2 to({2}, {2, 3});
-          auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
-          if (dev.id() != 2) (void)typemesh::replace_mesh<layout<d0(a0)>>(x, to);
-        });
-      },
-      {"ended with messages nobody received", "of replace_mesh from mesh 'one'", "which device 2 never received"});
+  for (const S3& s : small_and_lent) {
+    const auto h = counting(s, 0);
+    expect_error<typemesh::collective_error>(
+        [&] {
+          launch({.devices = 4, .backend = host}, [&](device& dev) {
+            M1 from({2}, {0, 1});
+            M2 to({2}, {2, 3});
+            auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
+            if (dev.id() != 2) (void)typemesh::replace_mesh<layout<d0(a0)>>(x, to);
+          });
+        },
+        {"ended with messages nobody received", "of replace_mesh from mesh 'one'", "which device 2 never received"});
+  }
 }
 
 // A source device skips it: the receivers' wait names the replace_mesh, and
@@ -573,7 +580,7 @@ TEST(Identity, RepeatedTransfersKeepTheirOrder) {
 // has copied out what a late receiver has not taken yet.
 TEST(InPlace, ASourceChangedRightAfterTheCallLeavesTheResult) {
   using namespace std::chrono_literals;
-  const auto h = counting(S3{8, 4, 4}, 0);
+  const auto h = counting(S3{64, 64, 32}, 0);  // 128 KiB between each pair: lent
   for (auto late : {0ms, 150ms}) {
     SCOPED_TRACE(testing::Message() << "receivers start " << late.count() << " ms late");
     launch({.devices = 4, .backend = host}, [&](device& dev) {
@@ -615,13 +622,13 @@ TEST(InPlace, LargeTargetsKeepTheirValues) {
 // Many transfers back to back between the same devices, both ways and within
 // a mesh, each with new values: every one takes its own call's data.
 TEST(InPlace, ManyTransfersBackToBackBetweenTheSameDevices) {
-  const S3 s{8, 4, 4};
+  const S3 s{64, 32, 32};  // 64 KiB between each pair of the replace_meshes (lent), 16 KiB in the relayout (sent)
   launch({.devices = 4, .backend = host}, [&](device& dev) {
     M1 from({2}, {0, 1});
     M2 to({2}, {2, 3});
     typemesh::mesh<"grid", a0, a1> grid({2, 2});
     std::uint64_t received = 0;
-    for (int rep = 0; rep < 200; ++rep) {
+    for (int rep = 0; rep < 100; ++rep) {
       const auto h = counting(s, 1000.0f * rep);
       auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
       auto y = typemesh::replace_mesh<layout<d1(a0)>>(x, to);
@@ -635,14 +642,14 @@ TEST(InPlace, ManyTransfersBackToBackBetweenTheSameDevices) {
       if (rep == 0) received = dev.traffic().bytes_received();
     }
     // Every repetition moved the same bytes again.
-    EXPECT_EQ(dev.traffic().bytes_received(), 200 * received);
+    EXPECT_EQ(dev.traffic().bytes_received(), 100 * received);
   });
 }
 
 // A receiver that first waits for something the sender does only after the
 // transfer: the sender must not wait for it (a buffered send would not).
 TEST(InPlace, AReceiverBusyElsewhereDoesNotHoldTheSender) {
-  const auto h = counting(S3{4, 2, 2}, 0);
+  const auto h = counting(S3{64, 32, 16}, 0);  // 128 KiB: lent
   const auto start = std::chrono::steady_clock::now();
   launch({.devices = 2, .timeout = std::chrono::seconds(20), .backend = host}, [&](device& dev) {
     M1 from({1}, {0});
