@@ -12,6 +12,11 @@ load average before and after the row was measured.
 PyTorch is optional: without it the script says so in one line and exits 0.
 
     python3 bench/peer.py --binary build/bench/typemesh-bench-peer
+
+A second table gives the per-op overhead: a chain of --overhead-ops (1000)
+small elementwise ops on an 8 x 8 tensor with the tape on (y + x, y * 0.5,
+relu(y) in turn) and backward through it, in microseconds per op, typemesh
+(typemesh-bench-peer --overhead) against PyTorch eager, on one thread.
 """
 
 import argparse
@@ -35,6 +40,7 @@ DESCRIPTIONS = {
 # As in peer_steps.cpp.
 LEARNING_RATE = {"mlp": 0.01, "transformer": 0.01, "rnnlm": 0.01, "conv": 0.001}
 LINE = re.compile(r"^peer_step step=(\w+) threads=(\d+) .*mean_ms=([0-9.]+) .*blas_threads=(\d+)")
+OVERHEAD_LINE = re.compile(r"^peer_overhead .*forward_us_per_op=([0-9.]+) backward_us_per_op=([0-9.]+)")
 
 
 def parse_args():
@@ -45,12 +51,16 @@ def parse_args():
     p.add_argument("--rounds", type=int, default=3, help="alternations of the two systems per row (default 3)")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     p.add_argument("--step", action="append", choices=STEPS, help="only this step (repeatable; default all)")
+    p.add_argument("--overhead-ops", type=int, default=1000,
+                   help="ops in the per-op overhead chain (default 1000; 0: no overhead table)")
     a = p.parse_args()
     for name in ("steps", "rounds"):
         if getattr(a, name) < 1:
             p.error(f"--{name} must be at least 1, not {getattr(a, name)}")
     if a.warmup < 0:
         p.error(f"--warmup must be at least 0, not {a.warmup}")
+    if a.overhead_ops < 0:
+        p.error(f"--overhead-ops must be at least 0, not {a.overhead_ops}")
     try:
         a.threads = [int(t) for t in a.threads.split(",")]
     except ValueError:
@@ -90,7 +100,45 @@ def typemesh_ms(binary, step, threads, args):
     sys.exit(f"peer.py: no 'peer_step step={step}' line in the output of {' '.join(cmd)}:\n{run.stdout}")
 
 
+def typemesh_overhead_us(binary, args):
+    """typemesh's (forward, backward) microseconds per op of the overhead chain."""
+    cmd = [binary, "--overhead", str(args.overhead_ops), "--threads", "1", "--steps", str(args.steps),
+           "--warmup", str(args.warmup)]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"peer.py: {' '.join(cmd)} failed with status {run.returncode}:\n{run.stdout}{run.stderr}")
+    for line in run.stdout.splitlines():
+        m = OVERHEAD_LINE.match(line)
+        if m:
+            return float(m.group(1)), float(m.group(2))
+    sys.exit(f"peer.py: no 'peer_overhead' line in the output of {' '.join(cmd)}:\n{run.stdout}")
+
+
 # ---------------------------------------------------------------- PyTorch
+
+
+def torch_overhead_us(torch, args):
+    """PyTorch eager's (forward, backward) microseconds per op of the same chain (medians over the runs)."""
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    forward, backward = [], []
+    for i in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        y = x
+        for k in range(args.overhead_ops):
+            if k % 3 == 0:
+                y = y + x
+            elif k % 3 == 1:
+                y = y * 0.5
+            else:
+                y = torch.relu(y)
+        loss = y.sum()
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        if i >= args.warmup:
+            forward.append(1e6 * (t1 - t0) / args.overhead_ops)
+            backward.append(1e6 * (t2 - t1) / args.overhead_ops)
+    return statistics.median(forward), statistics.median(backward)
 
 
 def torch_step(torch, step):
@@ -227,6 +275,27 @@ def main():
             t_ms, p_ms = statistics.median(ours), statistics.median(theirs)
             print(f"| {DESCRIPTIONS[step]} | {threads} | {p_ms:.1f} | {t_ms:.1f} | {p_ms / t_ms:.2f} | "
                   f"{load_before:.2f} → {os.getloadavg()[0]:.2f} |", flush=True)
+
+    if args.overhead_ops:
+        torch.set_num_threads(1)
+        print(f"\nPer-op overhead: a chain of {args.overhead_ops} elementwise ops on 8 x 8 floats with the tape on, "
+              "1 thread; µs per op, median over the runs; ratio = PyTorch / typemesh\n")
+        print("| phase | PyTorch µs/op | typemesh µs/op | ratio | load (1 min) before → after |")
+        print("|---|---|---|---|---|")
+        load_before = os.getloadavg()[0]
+        ours, theirs = [], []
+        for r in range(args.rounds):
+            if r % 2 == 0:
+                ours.append(typemesh_overhead_us(binary, args))
+                theirs.append(torch_overhead_us(torch, args))
+            else:
+                theirs.append(torch_overhead_us(torch, args))
+                ours.append(typemesh_overhead_us(binary, args))
+        load_after = os.getloadavg()[0]
+        for phase, j in (("forward (recording)", 0), ("backward", 1)):
+            t_us = statistics.median(o[j] for o in ours)
+            p_us = statistics.median(t[j] for t in theirs)
+            print(f"| {phase} | {p_us:.2f} | {t_us:.2f} | {p_us / t_us:.2f} | {load_before:.2f} → {load_after:.2f} |")
     return 0
 
 

@@ -24,8 +24,20 @@
 // Flags: --step mlp|transformer|rnnlm|conv|all (default all), --steps N
 // (timed, default 10), --warmup N (default 2), --threads N (default: the
 // library's choice), --quick (--steps 2 --warmup 1: the ctest smoke test).
+//
+// --overhead OPS instead times the per-op overhead: a chain of OPS small
+// elementwise ops on an 8 x 8 variable with the tape on (y + x, y * 0.5,
+// relu(y), in turn), then backward through the chain, --steps times after
+// --warmup, and prints
+//
+//   peer_overhead ops=1000 elements=64 forward_us_per_op=... backward_us_per_op=...
+//
+// (the medians over the timed runs; bench/peer.py runs the same chain in
+// PyTorch eager). It checks the gradient of x against the chain's own
+// derivative, computed on the host.
 #include <cblas.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -48,6 +60,7 @@ using clock_type = std::chrono::steady_clock;
 
 struct options {
   std::string step = "all";
+  int overhead_ops = 0;  // > 0: the per-op overhead chain instead of the steps
   int steps = 10;
   int warmup = 2;
   int threads = 0;  // 0: the library's choice
@@ -78,7 +91,7 @@ result run(const options& o, Step&& step) {
 [[noreturn]] void usage(const std::string& problem, int status = 2) {
   std::fprintf(status ? stderr : stdout,
                "typemesh-bench-peer: %s\nusage: typemesh-bench-peer [--step mlp|transformer|rnnlm|conv|all] "
-               "[--steps N] [--warmup N] [--threads N] [--quick]\n",
+               "[--steps N] [--warmup N] [--threads N] [--quick] [--overhead OPS]\n",
                problem.c_str());
   std::exit(status);
 }
@@ -106,6 +119,7 @@ options parse(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = positive(a, value(), 0);
     else if (a == "--threads") o.threads = positive(a, value(), 1);
     else if (a == "--quick") o.steps = 2, o.warmup = 1;
+    else if (a == "--overhead") o.overhead_ops = positive(a, value(), 1);
     else if (a == "--help" || a == "-h") usage("one training step of a network, timed", 0);
     else usage("unknown argument '" + std::string(a) + "'");
   }
@@ -113,6 +127,73 @@ options parse(int argc, char** argv) {
     usage("--step wants mlp, transformer, rnnlm, conv or all, not '" + o.step + "'");
   }
   return o;
+}
+
+// The overhead chain (see the top of this file) on x: y + x, y * 0.5 and
+// relu(y) in turn.
+template <class X>
+X overhead_chain(const X& x, int ops) {
+  X y = x;
+  for (int i = 0; i < ops; ++i) {
+    if (i % 3 == 0) y = y + x;
+    else if (i % 3 == 1) y = y * 0.5f;
+    else y = typemesh::relu(y);
+  }
+  return y;
+}
+
+// d(sum of the chain)/dx, elementwise, in double on the host: the reference
+// the benchmark's gradient is checked against.
+double overhead_derivative(double x, int ops) {
+  double y = x, dy = 1;  // y and dy/dx along the chain
+  for (int i = 0; i < ops; ++i) {
+    if (i % 3 == 0) y += x, dy += 1;
+    else if (i % 3 == 1) y *= 0.5, dy *= 0.5;
+    else if (y <= 0) y = 0, dy = 0;
+  }
+  return dy;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Times the overhead chain; false if x's gradient is wrong.
+bool run_overhead(const options& o, const one_mesh& m) {
+  using namespace typemesh_peer;
+  constexpr std::int64_t side = 8;
+  auto x = typemesh::variable<whole>(m, "overhead/x", typemesh::shape<batch, features>{side, side},
+                                     typemesh::init::normal{1.0}, seed);
+  std::vector<double> forward, backward;
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    const auto t0 = clock_type::now();
+    auto loss = typemesh::reduce_sum(overhead_chain(x, o.overhead_ops));
+    const auto t1 = clock_type::now();
+    typemesh::backward(loss);
+    const auto t2 = clock_type::now();
+    if (i >= o.warmup) {
+      forward.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / o.overhead_ops);
+      backward.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count() / o.overhead_ops);
+    }
+  }
+  // backward adds into grad(): after n runs it holds n times the derivative.
+  const auto values = typemesh::export_tensor(x).values();
+  const auto grads = typemesh::export_tensor(x.grad()).values();
+  const int runs = o.warmup + o.steps;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const double want = runs * overhead_derivative(values[i], o.overhead_ops);
+    if (std::abs(grads[i] - want) > 1e-3 * std::max(1.0, std::abs(want))) {
+      std::fprintf(stderr, "typemesh-bench-peer: overhead chain: d/dx[%zu] is %g, the host's derivative %g\n", i,
+                   double(grads[i]), want);
+      return false;
+    }
+  }
+  std::printf("peer_overhead ops=%d elements=%lld threads=%d steps=%d forward_us_per_op=%.3f "
+              "backward_us_per_op=%.3f\n",
+              o.overhead_ops, static_cast<long long>(side * side), o.threads, o.steps, median(forward),
+              median(backward));
+  return true;
 }
 
 }  // namespace
@@ -127,6 +208,10 @@ int main(int argc, char** argv) {
     // threads 0: the library's own choice (the cores, or OPENBLAS_NUM_THREADS).
     typemesh::launch({.devices = 1, .threads_per_device = o.threads}, [&](typemesh::device&) {
       const one_mesh m({1});
+      if (o.overhead_ops > 0) {
+        ok = run_overhead(o, m);
+        return;
+      }
       for (const char* name : {"mlp", "transformer", "rnnlm", "conv"}) {
         if (o.step != "all" && o.step != name) continue;
         const result r = typemesh_peer::network(name, m, [&](auto&& step) { return run(o, step); });

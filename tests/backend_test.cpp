@@ -288,6 +288,93 @@ TEST(BoxCopies, CopyAndStreamWriteExactlyTheBox) {
   }
 }
 
+// A sum (and a max) over x's leading dims, the shape of a bias's gradient:
+// whole rows at a time, the same bits as a serial loop per output at any
+// number of threads, with more outputs than one block of the kernel holds.
+TEST(StridedKernels, ReductionsOverLeadingDimsMatchASerialLoopBitForBit) {
+  const auto x_dims = make_dims({{0, 7}, {1, 300}, {2, 3}, {3, 400}});
+  const auto kept = make_dims({{2, 3}, {3, 400}});
+  const std::int64_t rows = 7 * 300, cols = 3 * 400;
+  const auto x = random_floats(static_cast<std::size_t>(rows * cols), 21);
+  std::vector<float> sum_ref(static_cast<std::size_t>(cols)), max_ref(sum_ref.size());
+  for (std::int64_t c = 0; c < cols; ++c) {
+    float sum = 0, top = -1e30f;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float v = x[static_cast<std::size_t>(r * cols + c)];
+      sum += v;
+      top = top < v ? v : top;
+    }
+    sum_ref[static_cast<std::size_t>(c)] = sum, max_ref[static_cast<std::size_t>(c)] = top;
+  }
+  for (int threads : {1, 2, 3}) {
+    with_threads(threads, [&] {
+      std::vector<float> sum(sum_ref.size()), top(max_ref.size());
+      be::reduce(host_space{}, x.data(), x_dims, sum.data(), kept, 0.0f, be::plus<float>{});
+      be::reduce(host_space{}, x.data(), x_dims, top.data(), kept, -1e30f, be::maximum<float>{});
+      EXPECT_TRUE(same_bits(sum, sum_ref)) << threads << " threads";
+      EXPECT_TRUE(same_bits(top, max_ref)) << threads << " threads";
+    });
+  }
+}
+
+// Attention's products: q[b, l, h, d] . k[b, m, h, d] over d, batch dims b
+// and h in the middle of both operands. Every order below is a GEMM per
+// (b, h) read in place, written in place, written transposed or staged;
+// each must equal a plain loop.
+TEST(StridedKernels, ContractionsWithBatchDimsInsideTheOperandsMatchALoop) {
+  enum { B, L, H, D, M };  // dim ids
+  const std::array<std::int64_t, 5> e{2, 5, 3, 4, 6};
+  auto dims_of = [&](std::initializer_list<int> ids) {
+    be::dims d;
+    for (int id : ids) {
+      d.id[d.rank] = id;
+      d.extent[d.rank++] = e[static_cast<std::size_t>(id)];
+    }
+    return d;
+  };
+  auto at = [](const be::dims& d, const std::array<std::int64_t, 5>& i) {
+    std::int64_t o = 0;
+    for (int r = 0; r < d.rank; ++r) o = o * d.extent[r] + i[static_cast<std::size_t>(d.id[r])];
+    return o;
+  };
+  struct order {
+    const char* what;
+    be::dims q, k, out;
+  };
+  const std::vector<order> orders{
+      {"q, k, out as attention has them", dims_of({B, L, H, D}), dims_of({B, M, H, D}), dims_of({B, H, L, M})},
+      {"out transposed", dims_of({B, L, H, D}), dims_of({B, M, H, D}), dims_of({B, H, M, L})},
+      {"out with a batch dim innermost (staged)", dims_of({B, L, H, D}), dims_of({B, M, H, D}),
+       dims_of({B, L, M, H})},
+      {"k with d outside m", dims_of({H, B, L, D}), dims_of({D, B, H, M}), dims_of({L, B, H, M})},
+      {"q with d outside l", dims_of({B, D, H, L}), dims_of({H, M, B, D}), dims_of({H, L, B, M})},
+      {"q's d between its batch dims (packed)", dims_of({B, D, L, H}), dims_of({B, M, H, D}), dims_of({B, H, L, M})},
+  };
+  const auto q = random_floats(2 * 5 * 3 * 4, 11), k = random_floats(2 * 6 * 3 * 4, 12);
+  for (const order& o : orders) {
+    std::vector<float> ref(static_cast<std::size_t>(o.out.elements()));
+    std::array<std::int64_t, 5> i{};
+    for (i[B] = 0; i[B] < e[B]; ++i[B])
+      for (i[H] = 0; i[H] < e[H]; ++i[H])
+        for (i[L] = 0; i[L] < e[L]; ++i[L])
+          for (i[M] = 0; i[M] < e[M]; ++i[M]) {
+            float acc = 0;
+            for (i[D] = 0; i[D] < e[D]; ++i[D]) {
+              acc += q[static_cast<std::size_t>(at(o.q, i))] * k[static_cast<std::size_t>(at(o.k, i))];
+            }
+            i[D] = 0;
+            ref[static_cast<std::size_t>(at(o.out, i))] = acc;
+          }
+    for (int threads : {1, 2}) {
+      with_threads(threads, [&] {
+        std::vector<float> out(ref.size(), -7.0f);
+        be::contract(host_space{}, q.data(), o.q, k.data(), o.k, out.data(), o.out);
+        for (std::size_t j = 0; j < out.size(); ++j) ASSERT_NEAR(out[j], ref[j], 1e-5) << o.what << ", element " << j;
+      });
+    }
+  }
+}
+
 TEST(Launch, ThreadsPerDeviceDefaultsToTheCoresSharedAndRejectsNegatives) {
   typemesh::launch({.devices = 2}, [](typemesh::device&) {
     EXPECT_EQ(be::host::kernel_threads(), be::blas_threads_per_device(2));

@@ -215,6 +215,34 @@ TEST_F(Gpu, LstmSteps) {
   check_on_gpu<layout<batch(a0)>, layout<>>("lstm, batch split", {2, 1}, in, lstm_case{});
 }
 
+struct lstm_sequence_case {  // two layers of three steps, each layer one operation over the sequence
+  template <class LX, class LW, class M>
+  outcome operator()(const M& m, const std::vector<values>& in) const {
+    constexpr int B = 4, U = 3;
+    auto x = import_tensor<LX>(m, host(shape<batch, seq, k>{B, 3, U}, in[0]));
+    std::vector<decltype(import_tensor<LW>(m, host(shape<k, n>{2 * U, 4 * U}, in[1])))> w;
+    for (int l = 0; l < 2; ++l) w.push_back(import_tensor<LW>(m, host(shape<k, n>{2 * U, 4 * U}, in[1 + l])));
+    using state_t = decltype(typemesh::lstm_zero_state<seq>(x, w[0]));
+    std::vector<state_t> states;
+    for (int l = 0; l < 2; ++l) {
+      states.push_back({import_tensor<typename LX::template without<seq>>(m, host(shape<batch, k>{B, U}, in[3 + l])),
+                        import_tensor<layout<batch(a0)>>(m, host(shape<batch, n>{B, U}, in[5 + l]))});
+    }
+    x.requires_grad("x");
+    for (auto& t : w) t.requires_grad("w");
+    for (auto& s : states) s.h.requires_grad("h"), s.c.requires_grad("c");
+    auto y = typemesh::lstm<seq>(x, w, states);
+    return finish(weighted_sum(y), x, w[0], w[1], states[0].h, states[0].c, states[1].h, states[1].c);
+  }
+};
+
+TEST_F(Gpu, LstmSequence) {
+  const std::vector<values> in{random_values(36, 55), random_values(72, 56, -0.6, 0.6),
+                               random_values(72, 57, -0.6, 0.6), random_values(12, 58),
+                               random_values(12, 59), random_values(12, 60), random_values(12, 61)};
+  check_on_gpu<layout<batch(a0)>, layout<>>("lstm sequence path, batch split", {2, 1}, in, lstm_sequence_case{});
+}
+
 // --- optimizers, collectives, moves between host and GPU -----------------------------
 
 template <class M>

@@ -472,6 +472,50 @@ TEST(Lstm, StandardWeightsMatchAPlainCell) {
   }
 }
 
+// A weight whose dims are declared [n, k] holds the same matrix as a [k, n]
+// one; the steps, the stack and the weight's gradient must not depend on
+// that order (the kernels want k first: the layer transposes once).
+TEST(Lstm, AWeightDeclaredGateColumnsFirstGivesTheSameResults) {
+  constexpr std::int64_t u = 3, rows = 2, steps = 3;
+  const values wv = random_values(8 * u * u, 71, -0.5, 0.5), xs = random_values(steps * rows * u, 72);
+  typemesh::host_tensor<double, SW> w_kn(SW{2 * u, 4 * u}, wv);
+  typemesh::host_tensor<double, shape<n, k>> w_nk(shape<n, k>{4 * u, 2 * u});
+  for (std::int64_t r = 0; r < 2 * u; ++r)
+    for (std::int64_t q = 0; q < 4 * u; ++q) w_nk[{q, r}] = w_kn[{r, q}];
+  const typemesh::host_tensor<double, shape<time_, batch, k>> x_host({steps, rows, u}, xs);
+  // y of the stack, y of a loop of steps, and the weight's gradient as [k, n].
+  auto run = [&]<class WS>(const typemesh::host_tensor<double, WS>& w_host) {
+    return typemesh::launch(1, [&] {
+      stack_mesh m({1, 1, 1});
+      auto w = import_tensor<layout<>>(m, w_host);
+      w.requires_grad("w");
+      auto x = import_tensor<layout<>>(m, x_host);
+      auto y = typemesh::lstm<time_>(x, std::array{w});
+      typemesh::backward(typemesh::reduce_sum(y * y));
+      auto state = typemesh::lstm_zero_state<time_>(x, w);
+      values looped;
+      for (std::int64_t t = 0; t < steps; ++t) {
+        state = typemesh::lstm_step(typemesh::time_step<time_>(x, t), state.h, state.c, w);
+        for (double v : typemesh::export_tensor(state.h).values()) looped.push_back(v);
+      }
+      const auto g = typemesh::export_tensor(w.grad());
+      values grad_kn(static_cast<std::size_t>(8 * u * u));
+      for (std::int64_t r = 0; r < 2 * u; ++r)
+        for (std::int64_t q = 0; q < 4 * u; ++q) {
+          std::array<std::int64_t, 2> at{};
+          at[WS::template index_of<k>] = r;
+          at[WS::template index_of<n>] = q;
+          grad_kn[static_cast<std::size_t>(r * 4 * u + q)] = g[at];
+        }
+      return std::vector<values>{typemesh::export_tensor(y).values(), looped, grad_kn};
+    })[0];
+  };
+  const auto want = run(w_kn), got = run(w_nk);
+  expect_close(got[0], want[0], 1e-12, "lstm<time>'s y with a [n, k] weight");
+  expect_close(got[1], want[1], 1e-12, "lstm_step's h with a [n, k] weight");
+  expect_close(got[2], want[2], 1e-12, "the [n, k] weight's gradient");
+}
+
 // --- The pipeline -------------------------------------------------------------------
 
 // Layer 0's devices finish the whole forward pass before layer 1's devices
@@ -534,6 +578,150 @@ TEST(Lstm, DisjointLayersFormAPipeline) {
   })[0];
   expect_close(got[0].w_grad, ref.first, 1e-12, "w0 gradient");
   expect_close(got[4].w_grad, ref.second, 1e-12, "w1 gradient");
+}
+
+// --- The whole-sequence path ---------------------------------------------------------
+
+// k and n whole (only the batch split): lstm<Time> runs each layer as one
+// operation over the whole sequence.
+using LXd = layout<batch(axis0)>;  // x, y, h, c
+using LWd = layout<>;              // weights
+
+// The layouts pick the paths compared below: the sequence path with k and n
+// whole, step by step with them split (even over axes of size 1).
+template <class LXc, class LWc>
+constexpr bool runs_whole_sequence() {
+  using x_t = typemesh::tensor<double, SH, LXc, stack_mesh>;
+  using w_t = typemesh::tensor<double, SW, LWc, stack_mesh>;
+  return typemesh::lstm_detail::sequence_path<typemesh::lstm_detail::roles<x_t, w_t>, w_t>;
+}
+static_assert(runs_whole_sequence<LXd, LWd>());
+static_assert(!runs_whole_sequence<LX, LW>());
+static_assert(!runs_whole_sequence<LXd, layout<n(axis1)>>());
+
+// The layers step by step as a program writes them with lstm_step: the
+// per-step path, the reference for the sequence path.
+template <class Time, class X, class W, class State>
+X step_by_step(const X& x, const std::vector<W>& w, std::vector<State> s) {
+  std::vector<typemesh::lstm_weight<W>> used;
+  for (const auto& wl : w) used.emplace_back(wl);
+  std::vector<decltype(State::h)> ys;
+  for (std::int64_t t = 0; t < x.shape().template size<Time>(); ++t) {
+    auto in = typemesh::time_step<Time>(x, t);
+    for (std::size_t l = 0; l < w.size(); ++l) {
+      s[l] = typemesh::lstm_step(in, s[l].h, s[l].c, used[l]);
+      in = s[l].h;
+    }
+    ys.push_back(in);
+  }
+  return typemesh::stack_steps<typename X::shape_type>(ys);
+}
+
+// y and the gradients of x, the three weights and (given states) the initial
+// states, for x of shape SXo, as [batch, time, k] etc.; by lstm<Time> or by
+// the step loop, with given initial states or zero ones.
+template <class SXo>
+std::vector<values> sequence_run(const stack_mesh::coords& sizes, const std::vector<values>& in, bool by_steps,
+                                 bool zero_states) {
+  using SHo = typemesh::shape_without<SXo, time_>;
+  using SCo = typemesh::shape_replace<SHo, k, n>;
+  return typemesh::launch(sizes[0] * sizes[1] * sizes[2], [&] {
+    stack_mesh m(sizes);
+    auto in_order = [&]<class S, class Canonical>(const Canonical& sizes, const values& v) {
+      return host(typemesh::shape_from<S>(sizes), permuted<S>(host(sizes, v)));
+    };
+    auto x = import_tensor<LXd>(m, in_order.template operator()<SXo>(SX{B, T, U}, in[0]));
+    using w_t = typemesh::tensor<double, SW, LWd, stack_mesh>;
+    std::vector<w_t> w;
+    for (int l = 0; l < 3; ++l) w.push_back(import_tensor<LWd>(m, host(SW{2 * U, 4 * U}, in[1 + l])));
+    using state_t = decltype(typemesh::lstm_zero_state<time_>(x, w[0]));
+    std::vector<state_t> states;
+    for (int l = 0; l < 3; ++l) {
+      if (zero_states) {
+        states.push_back(typemesh::lstm_zero_state<time_>(x, w[l]));
+      } else {
+        states.push_back({import_tensor<LXd>(m, in_order.template operator()<SHo>(SH{B, U}, in[4 + 2 * l])),
+                          import_tensor<LXd>(m, in_order.template operator()<SCo>(SC{B, U}, in[5 + 2 * l]))});
+        states.back().h.requires_grad("h"), states.back().c.requires_grad("c");
+      }
+    }
+    x.requires_grad("x");
+    for (auto& t : w) t.requires_grad("w");
+    auto y = by_steps ? step_by_step<time_>(x, w, states)
+                      : (zero_states ? typemesh::lstm<time_>(x, w) : typemesh::lstm<time_>(x, w, states));
+    auto c = import_tensor<LXd>(m, host(y.shape(), permuted<SXo>(host(SX{B, T, U}, random_values(B * T * U, 99)))));
+    typemesh::backward(typemesh::reduce_sum(y * c));
+    std::vector<values> out{permuted<SX>(typemesh::export_tensor(y.detached())),
+                            permuted<SX>(typemesh::export_tensor(x.grad()))};
+    for (const auto& t : w) out.push_back(typemesh::export_tensor(t.grad()).values());
+    if (!zero_states) {
+      for (const auto& s : states) {
+        out.push_back(permuted<SH>(typemesh::export_tensor(s.h.grad())));
+        out.push_back(permuted<SC>(typemesh::export_tensor(s.c.grad())));
+      }
+    }
+    return out;
+  })[0];
+}
+
+TEST(Lstm, SequencePathEqualsStepByStep) {
+  const auto in = stack_inputs();
+  values plain = in[0];
+  for (int l = 0; l < 3; ++l) plain = plain_layer(plain, in[1 + l], in[4 + 2 * l], in[5 + 2 * l]);
+  const char* what[] = {"y",           "x's gradient", "w0's gradient", "w1's gradient", "w2's gradient",
+                        "h0's gradient", "c0's gradient", "h1's gradient", "c1's gradient", "h2's gradient",
+                        "c2's gradient"};
+  for (const bool zero : {false, true}) {
+    const auto want = sequence_run<SX>({1, 1, 1}, in, true, zero);
+    ASSERT_EQ(want.size(), zero ? 5u : 11u);
+    if (!zero) expect_close(want[0], plain, 1e-12, "the step loop vs the plain loop");
+    auto compare = [&](const std::vector<values>& got, const std::string& where) {
+      ASSERT_EQ(got.size(), want.size()) << where;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        // Every gradient is there: none of the inputs' gradients is missing or zero.
+        ASSERT_FALSE(want[i].empty()) << what[i];
+        EXPECT_TRUE(std::any_of(want[i].begin(), want[i].end(), [](double v) { return v != 0; })) << what[i];
+        expect_close(got[i], want[i], 1e-12, where + (zero ? ", zero states: " : ": ") + what[i]);
+      }
+    };
+    compare(sequence_run<SX>({1, 1, 1}, in, false, zero), "[batch, time, k], one device");
+    compare(sequence_run<shape<time_, k, batch>>({1, 1, 1}, in, false, zero), "[time, k, batch], one device");
+    compare(sequence_run<shape<k, batch, time_>>({2, 1, 1}, in, false, zero), "[k, batch, time], batch over 2");
+    compare(sequence_run<SX>({4, 1, 1}, in, false, zero), "[batch, time, k], batch over 4");
+  }
+}
+
+// Finite differences, and the batch split over 2 and over 4 devices (the
+// weights' partial sums allreduced) against one device.
+TEST(Lstm, SequencePathGradients) {
+  const auto in = stack_inputs();
+  check_layouts<stack_mesh, LXd, LWd>("sequence path, batch split 2", {2, 1, 1}, in, stack_case{});
+  check_layouts<stack_mesh, LXd, LWd>("sequence path, batch split 4", {4, 1, 1}, in, stack_case{});
+}
+
+// One allreduce of each weight's gradient over the batch, and nothing else
+// communicated inside the layers.
+TEST(Lstm, SequencePathAllreducesEachWeightOnce) {
+  const auto in = stack_inputs();
+  const auto counts = typemesh::launch(4, [&](typemesh::device& dev) {
+    stack_mesh m({4, 1, 1});
+    auto x = import_tensor<LXd>(m, host(SX{B, T, U}, in[0]));
+    std::vector<typemesh::tensor<double, SW, LWd, stack_mesh>> w;
+    for (int l = 0; l < 3; ++l) w.push_back(import_tensor<LWd>(m, host(SW{2 * U, 4 * U}, in[1 + l])));
+    for (auto& t : w) t.requires_grad("w");
+    const auto before = dev.traffic()[typemesh::op_kind::allreduce].calls;
+    auto y = typemesh::lstm<time_>(x, w);
+    const auto forward = dev.traffic()[typemesh::op_kind::allreduce].calls - before;
+    auto c = import_tensor<LXd>(m, host(y.shape(), random_values(B * T * U, 99)));
+    auto loss = typemesh::reduce_sum(y * c);
+    const auto before_backward = dev.traffic()[typemesh::op_kind::allreduce].calls;
+    typemesh::backward(loss);
+    return std::pair{forward, dev.traffic()[typemesh::op_kind::allreduce].calls - before_backward};
+  });
+  for (const auto& [forward, backward] : counts) {
+    EXPECT_EQ(forward, 0u);
+    EXPECT_EQ(backward, 3u);  // one per weight; the loss's sum is a forward allreduce
+  }
 }
 
 // --- Errors -------------------------------------------------------------------------

@@ -2,12 +2,19 @@
 //
 // The dims fall into groups: batch (in a, b and out), m (a and out), n (b and
 // out) and k (a and b, summed). When those are all there is, the call is a
-// batch of GEMMs: an operand already ordered batch|m|k (or batch|k|m, a
-// transposed GEMM operand) is used in place, any other order is packed
-// first, and so is out. Dims found in one input only, or in out only, take
-// the general strided loop.
+// batch of GEMMs, one per batch element. An operand is used in place when,
+// for every batch element, its m and k dims form a matrix with a row stride
+// (m dims merging into one dim, k dims into another, one of the two
+// contiguous): the batch dims may sit anywhere, so q[batch, length, heads,
+// d_k] against k[batch, memory, heads, d_k] over d_k needs no copy. Any
+// other order is packed first. out is written in place when it is such a
+// matrix or its transpose (then the product is computed transposed), else
+// staged. Dims found in one input only, or in out only, take the general
+// strided loop.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -51,24 +58,71 @@ inline bool same_order(const dims& a, const dims& b) {
   return true;
 }
 
-// An operand as a GEMM wants it: in place when its order is `plain` or
-// `transposed`, else packed into `plain` order.
+// Row-major strides of x's own dims, by position.
+inline std::array<std::int64_t, max_rank> own_strides(const dims& x) {
+  std::array<std::int64_t, max_rank> st{};
+  std::int64_t n = 1;
+  for (int i = x.rank; i-- > 0;) {
+    st[i] = n;
+    n *= x.extent[i];
+  }
+  return st;
+}
+
+// The stride of `group`'s dims of x taken as one dim (their order kept):
+// x's stride of the group's last dim, when each dim's stride is the next
+// one's times its extent; 1 for an empty group; -1 when they do not merge.
+inline std::int64_t merged_stride(const dims& x, const dims& group) {
+  if (group.rank == 0) return 1;
+  const auto st = own_strides(x);
+  for (int i = 0; i + 1 < group.rank; ++i) {
+    const int here = x.position(group.id[i]), next = x.position(group.id[i + 1]);
+    if (st[here] != st[next] * group.extent[i + 1]) return -1;
+  }
+  return st[x.position(group.id[group.rank - 1])];
+}
+
+// One operand of the batch of GEMMs: for batch element i, the matrix of
+// rows x cols (rows: the `rows` group, cols: the `cols` group) at
+// data + offset(i), row stride ld, or its transpose when trans. Used in
+// place where x's memory already is such a matrix for every batch element
+// (the batch dims may sit anywhere, as attention's heads do), else packed
+// into batch|rows|cols order first.
 template <class Space, class T>
 struct gemm_operand {
   const T* data;
-  bool trans;
+  bool trans = false;
+  std::int64_t ld = 1;
+  std::array<std::int64_t, max_rank> batch_stride{};  // along the batch dims, in their order
   storage<T, Space> packed;
 
-  gemm_operand(Space s, const T* x, const dims& xd, const dims& plain, const dims& transposed) {
-    if (same_order(xd, plain)) {
-      data = x, trans = false;
-    } else if (same_order(xd, transposed)) {
-      data = x, trans = true;
+  gemm_operand(Space s, const T* x, const dims& xd, const dims& batch, const dims& rows, const dims& cols) {
+    const std::int64_t r = merged_stride(xd, rows), c = merged_stride(xd, cols);
+    const std::int64_t nr = std::max<std::int64_t>(1, rows.elements()), nc = std::max<std::int64_t>(1, cols.elements());
+    const auto st = own_strides(xd);
+    if (c == 1 && r >= 0) {
+      data = x, trans = false, ld = rows.rank ? std::max(r, nc) : nc;
+    } else if (r == 1 && c >= 0) {
+      data = x, trans = true, ld = cols.rank ? std::max(c, nr) : nr;
     } else {
+      const dims plain = concat({batch, rows, cols});
       packed.resize(plain.elements());
       broadcast(s, x, xd, view(packed).data(), plain);
-      data = view(packed).data(), trans = false;
+      data = view(packed).data(), trans = false, ld = nc;
+      std::int64_t n = nr * nc;
+      for (int i = batch.rank; i-- > 0;) {
+        batch_stride[i] = n;
+        n *= batch.extent[i];
+      }
+      return;
     }
+    for (int i = 0; i < batch.rank; ++i) batch_stride[i] = st[xd.position(batch.id[i])];
+  }
+
+  std::int64_t offset(const std::array<std::int64_t, max_rank>& at, int batch_rank) const {
+    std::int64_t o = 0;
+    for (int i = 0; i < batch_rank; ++i) o += at[i] * batch_stride[i];
+    return o;
   }
 };
 
@@ -97,25 +151,45 @@ void contract(Space s, const T* a, const dims& ad, const T* b, const dims& bd, T
   const dims m = select(od, [&](int id) { return ad.has(id) && !bd.has(id); });
   const dims n = select(od, [&](int id) { return !ad.has(id) && bd.has(id); });
   const dims k = select(ad, [&](int id) { return bd.has(id) && !od.has(id); });
-
-  detail::gemm_operand<Space, T> ga(s, a, ad, detail::concat({batch, m, k}), detail::concat({batch, k, m}));
-  detail::gemm_operand<Space, T> gb(s, b, bd, detail::concat({batch, k, n}), detail::concat({batch, n, k}));
-  const dims out_order = detail::concat({batch, m, n});
-  const bool out_in_place = detail::same_order(od, out_order);
-  storage<T, Space> staged;
-  if (!out_in_place) staged.resize(od.elements());
-  T* c = out_in_place ? out : view(staged).data();
-
   const std::int64_t nb = batch.elements(), mm = m.elements(), nn = n.elements(), kk = k.elements();
-  if (kk == 0) {
-    fill(s, c, nb * mm * nn, T{});
-  } else {
-    for (std::int64_t i = 0; i < nb; ++i) {
-      gemm(s, ga.trans, gb.trans, mm, nn, kk, T{1}, ga.data + i * mm * kk, ga.trans ? mm : kk, gb.data + i * kk * nn,
-           gb.trans ? kk : nn, T{0}, c + i * mm * nn, nn);
+  if (nb * mm * nn == 0) return;
+
+  if (kk == 0) {  // empty sums
+    fill(s, out, od.elements(), T{});
+    return;
+  }
+
+  // out as a batch of m x n matrices, or of their transposes (then the
+  // product is computed as out^T = b^T a^T), else staged in batch|m|n order.
+  const std::int64_t om = detail::merged_stride(od, m), on = detail::merged_stride(od, n);
+  const bool out_plain = on == 1 && om >= 0, transposed = !out_plain && om == 1 && on >= 0;
+  storage<T, Space> staged;
+  const dims out_order = detail::concat({batch, m, n});
+  if (!out_plain && !transposed) staged.resize(od.elements());
+  T* const c = staged.size() ? view(staged).data() : out;
+  const dims& cd = staged.size() ? out_order : od;
+  std::int64_t ldc = std::max<std::int64_t>(1, nn);  // staged, or plain with no m dims
+  if (transposed) ldc = std::max(std::max<std::int64_t>(1, mm), on);
+  else if (out_plain && m.rank) ldc = std::max(ldc, om);
+  std::array<std::int64_t, max_rank> out_batch_stride{};
+  const auto out_strides = detail::own_strides(cd);
+  for (int i = 0; i < batch.rank; ++i) out_batch_stride[i] = out_strides[cd.position(batch.id[i])];
+
+  detail::gemm_operand<Space, T> ga(s, a, ad, batch, m, k), gb(s, b, bd, batch, k, n);
+  std::array<std::int64_t, max_rank> at{};
+  for (std::int64_t i = 0; i < nb; ++i) {
+    std::int64_t co = 0;
+    for (int d = 0; d < batch.rank; ++d) co += at[d] * out_batch_stride[d];
+    const T* pa = ga.data + ga.offset(at, batch.rank);
+    const T* pb = gb.data + gb.offset(at, batch.rank);
+    if (transposed) gemm(s, !gb.trans, !ga.trans, nn, mm, kk, T{1}, pb, gb.ld, pa, ga.ld, T{0}, c + co, ldc);
+    else gemm(s, ga.trans, gb.trans, mm, nn, kk, T{1}, pa, ga.ld, pb, gb.ld, T{0}, c + co, ldc);
+    for (int d = batch.rank; d-- > 0;) {  // the next batch element, row-major
+      if (++at[d] < batch.extent[d]) break;
+      at[d] = 0;
     }
   }
-  if (!out_in_place) broadcast(s, view(staged).data(), out_order, out, od);
+  if (staged.size()) broadcast(s, view(staged).data(), out_order, out, od);
 }
 
 }  // namespace typemesh::backend

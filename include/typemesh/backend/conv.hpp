@@ -129,6 +129,16 @@ void col2im(Space s, const T* columns, const conv_geometry& g, std::int64_t firs
       grain_for(taps * g.channels));
 }
 
+}  // namespace typemesh::backend
+
+// The CUDA space's im2col and col2im, declared before the products below
+// that call them.
+#if defined(TYPEMESH_CUDA)
+#include "typemesh/backend/cuda/conv.hpp"
+#endif
+
+namespace typemesh::backend {
+
 // Calls step(first, n, columns) for consecutive chunks of n images starting
 // at image `first`, with column scratch sized for a whole chunk: the column
 // matrix of every image at once could be far larger than the images.

@@ -326,3 +326,7 @@ void stream_box(host_space space, const T* src, const region<Rank>& from, T* dst
 }
 
 }  // namespace typemesh::backend
+
+#if defined(TYPEMESH_CUDA)
+#include "typemesh/backend/cuda/kernels.hpp"
+#endif

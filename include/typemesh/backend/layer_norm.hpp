@@ -124,3 +124,7 @@ void layer_norm_gradient(Space s, const T* dy, const T* x_hat, const T* inv_sigm
 }
 
 }  // namespace typemesh::backend
+
+#if defined(TYPEMESH_CUDA)
+#include "typemesh/backend/cuda/layer_norm.hpp"
+#endif

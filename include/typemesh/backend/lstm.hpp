@@ -1,8 +1,8 @@
 // The LSTM cell's local kernels, per space: [x_t | h] interleaved by unit and
 // split back, the gate nonlinearities and the new state (c', h') from the
-// pre-activations, the gates' gradients from d(h', c'), and the adds of a
-// time step into (or out of) a sequence for the gradients of time_step and
-// stack_steps. Each index owns one unit of one row (or one row of a step);
+// pre-activations and the gates' gradients from d(h', c') (for one step, and
+// for a step of the whole-sequence path), and the adds of a time step into
+// (or out of) a sequence for the gradients of time_step and stack_steps. Each index owns one unit of one row (or one row of a step);
 // the GEMMs around them are backend::gemm calls made by the layer.
 #pragma once
 
@@ -84,6 +84,52 @@ void lstm_gate_gradients(Space s, const T* gates, const T* cells, const T* dstat
         z[2] = dc * i * (T{1} - g * g);
         z[3] = dh * tc * o * (T{1} - o);
         if (dc_prev) dc_prev[r] = dc * f;
+      },
+      grain_for(8));
+}
+
+// The sequence path's step: as lstm_cell_forward, but with the state kept
+// as plain rows for the next step's GEMM. z: [n, 4] pre-activations,
+// overwritten with the activations; c: [n], c on entry and c' on return;
+// cells: [n, 2] receives c and tanh(c'); h: [n] receives h'.
+template <class Space, class T>
+void lstm_sequence_cell_forward(Space s, T* z, T* c, T* cells, T* h, std::int64_t n) {
+  parallel_for(
+      s, n,
+      [=] TYPEMESH_KERNEL(std::int64_t r) {
+        T* q = z + 4 * r;
+        const T i = lstm_kernels::sigmoid(q[0]), f = lstm_kernels::sigmoid(q[1]), g = std::tanh(q[2]),
+                og = lstm_kernels::sigmoid(q[3]);
+        const T c_old = c[r];
+        const T c_new = f * c_old + i * g, tc = std::tanh(c_new);
+        q[0] = i, q[1] = f, q[2] = g, q[3] = og;
+        cells[2 * r] = c_old, cells[2 * r + 1] = tc;
+        c[r] = c_new;
+        h[r] = og * tc;
+      },
+      grain_for(8));
+}
+
+// The sequence path's gate gradients of one step: dz [n, 4] from d(h') =
+// dh_out + dh_next (the step's output and the next step's recurrent input)
+// and d(c') in dc, which is replaced by d(c) for the step before.
+template <class Space, class T>
+void lstm_sequence_gate_gradients(Space s, const T* gates, const T* cells, const T* dh_out, const T* dh_next, T* dc,
+                                  T* dz, std::int64_t n) {
+  parallel_for(
+      s, n,
+      [=] TYPEMESH_KERNEL(std::int64_t r) {
+        const T* q = gates + 4 * r;
+        const T i = q[0], f = q[1], g = q[2], o = q[3];
+        const T c = cells[2 * r], tc = cells[2 * r + 1];
+        const T dh = dh_out[r] + dh_next[r];
+        const T dct = dc[r] + dh * o * (T{1} - tc * tc);
+        T* z = dz + 4 * r;
+        z[0] = dct * g * i * (T{1} - i);
+        z[1] = dct * c * f * (T{1} - f);
+        z[2] = dct * i * (T{1} - g * g);
+        z[3] = dh * tc * o * (T{1} - o);
+        dc[r] = dct * f;
       },
       grain_for(8));
 }

@@ -77,3 +77,7 @@ void softmax_cross_entropy_gradient(Space s, const T* x, const I* label, const T
 }
 
 }  // namespace typemesh::backend
+
+#if defined(TYPEMESH_CUDA)
+#include "typemesh/backend/cuda/softmax_cross_entropy.hpp"
+#endif

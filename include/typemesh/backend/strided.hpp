@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "typemesh/backend/config.hpp"
 #include "typemesh/backend/parallel.hpp"
@@ -220,7 +221,48 @@ inline std::int64_t rows_of(const dims& space) {
 }
 inline std::int64_t row_length(const dims& space) { return space.rank ? space.extent[space.rank - 1] : 1; }
 
+// Whether out's dims are x's innermost dims, in x's order (and out has
+// some): x is then [rows, out] and the reduction sums whole rows.
+inline bool kept_innermost(const dims& xd, const dims& od) {
+  if (od.rank == 0 || od.rank > xd.rank) return false;
+  for (int i = 0; i < od.rank; ++i)
+    if (xd.id[xd.rank - od.rank + i] != od.id[i]) return false;
+  return true;
+}
+
+// A block of `width` outputs of a reduction over x's leading dims: x is
+// [rows, cols]; out[c] folds x[r, c] for r = 0, 1, ... in that order (the
+// order of the general kernel, so the same bits), a row of the block at a
+// time, so the reads are contiguous instead of one column at a time.
+template <class T, class Combine>
+struct fold_rows_kernel {
+  const T* x;
+  T* out;
+  std::int64_t rows, cols, width;
+  T init;
+  Combine combine;
+  TYPEMESH_CALLS_CALLER
+  TYPEMESH_KERNEL void operator()(std::int64_t block) const {
+    const std::int64_t c0 = block * width, c1 = c0 + width < cols ? c0 + width : cols;
+    for (std::int64_t c = c0; c < c1; ++c) out[c] = init;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const T* row = x + r * cols;
+      for (std::int64_t c = c0; c < c1; ++c) out[c] = combine(out[c], row[c]);
+    }
+  }
+};
+
 }  // namespace detail
+
+}  // namespace typemesh::backend
+
+// The CUDA space's own versions, declared before the functions below that
+// call them.
+#if defined(TYPEMESH_CUDA)
+#include "typemesh/backend/cuda/strided.hpp"
+#endif
+
+namespace typemesh::backend {
 
 // out (dims `od`) = x (dims `xd`) with every dim of od; dims of od that x
 // lacks repeat x. Transposes, copies and broadcasts.
@@ -235,6 +277,18 @@ void broadcast(Space s, const T* x, const dims& xd, T* out, const dims& od) {
 template <class Space, class T, class Combine>
 void reduce(Space s, const T* x, const dims& xd, T* out, const dims& od, T init, Combine combine) {
   const dims summed = detail::lacking(xd, od);
+  if constexpr (std::is_same_v<Space, host_space>) {
+    // Sums over leading dims (a bias's gradient: over batch and length):
+    // whole rows at a time, as a host core reads memory best.
+    if (detail::kept_innermost(xd, od) && summed.elements() > 1) {
+      constexpr std::int64_t width = 512;
+      const std::int64_t cols = od.elements(), rows = summed.elements();
+      parallel_for(s, (cols + width - 1) / width,
+                   detail::fold_rows_kernel<T, Combine>{x, out, rows, cols, width, init, combine},
+                   grain_for(rows * width));
+      return;
+    }
+  }
   detail::fold_into(s, out, od, detail::strided<1>(od, {&xd}), detail::strided<1>(summed, {&xd}),
                     summed.elements(), init, detail::element_at<T>{x}, combine);
 }

@@ -6,6 +6,7 @@
 //
 //   // x: [batch, time, k] (the dims in any order); one weight per layer, on x's mesh
 //   auto y = typemesh::lstm<time>(x, std::vector{w0, w1, w2});   // y: x's type, the top layer's h
+//   // (k and n whole: one operation per layer over all steps; else step by step)
 //
 //   // a [x | h] x [i | f | g | o] matrix (rows: u input units then u hidden units;
 //   // columns: the i, f, g, o blocks of u units each) to the layout below, and back
@@ -54,15 +55,35 @@
 // The kernel wants k (and n) last in memory: dims in another order are
 // permuted locally, on the way in and out, without communication.
 //
+// The sequence path. When k and n are both whole (only batch-like dims
+// split: data parallelism), a step needs no communication, so lstm<Time>
+// runs each layer as ONE recorded operation over the whole sequence,
+// layer after layer, on x permuted to [time, batch..., k] (time-major):
+//   P   = X . W_x                  all steps' input parts in one GEMM
+//   z_t = P_t + h_{t-1} . W_h      per step, a GEMM of the batch's rows
+//   (h_t, c_t) = gates(z_t, c_{t-1})
+// W_x (rows 2u of w) and W_h (rows 2u + 1) are read in place as w with
+// twice its row stride. Backward walks the steps in reverse with one
+// gate-gradient pass and dh_{t-1} = dz_t . W_h^T each, then takes
+// dX = DZ . W_x^T, dW_x = X^T . DZ and dW_h = H_prev^T . DZ as one GEMM
+// each over all steps, the last two added straight into the weight's
+// gradient rows. Per step and layer that saves the interleave, a GEMM
+// against the whole weight with few rows (whose cost is mostly packing the
+// weight), and a weight-sized gradient per step. With k or n split, every
+// step communicates (below), and lstm<Time> runs step by step on
+// lstm_step; so do the pipelines that programs write from lstm_step.
+//
 // Gradients. A step is one fused operation with its own gradient (GEMM,
 // allreduce, gates): composed of einsum and elementwise ops, a step would
 // need a dozen nodes and gate slices that the ops lack, and store every
-// intermediate. A step's weight gradient is a sum over the batch. Steps
-// that share an lstm_weight leave it as partial sums over this device's part
-// of the batch; they add up in the lstm_weight's copy of the weight, which
-// allreduces them over the batch's axes once, after the last step (as the
-// reference's RNNGradOperation does), not once per step. A step given a
-// plain weight tensor allreduces its own weight gradient.
+// intermediate. Its three gradients (xh, c, w) share one d(pre-activations)
+// pass, made by whichever runs first. A step's weight gradient is a sum over
+// the batch. Steps (and sequence-path layers) that share an lstm_weight add
+// their partial sums over this device's part of the batch in place into the
+// lstm_weight's gradient, which allreduces them over the batch's axes once,
+// after the last step (as the reference's RNNGradOperation does), not once
+// per step. A step given a plain weight tensor allreduces its own weight
+// gradient.
 //
 // Pipelines. Every device runs every step; a device outside a mesh skips
 // that mesh's work (its tensors are empty and collectives on it return at
@@ -273,22 +294,25 @@ void check_units_split(std::int64_t units, const M& m, std::string_view dim_role
   }
 }
 
+// A step's sizes and meshes, from x_t's shape and mesh (the sequence path
+// checks each layer before its first step exists).
 template <class R, class W>
-void check_step_sizes(const typename R::h_t& x, const typename R::h_t& h, const typename R::c_t& c, const W& w) {
+void check_step_sizes(const typename R::SX& x_shape, const typename R::M& x_mesh, const typename R::h_t& h,
+                      const typename R::c_t& c, const W& w) {
   using K = typename R::k;
   using N = typename R::n;
-  const std::int64_t units = x.shape().template size<K>();
+  const std::int64_t units = x_shape.template size<K>();
   if (w.shape().template size<K>() != 2 * units || w.shape().template size<N>() != 4 * units) {
     throw shape_error(detail::cat("lstm_step: the weight has shape ", w.shape().describe(), "; with x_t of shape ",
-                                  x.shape().describe(), " (", units, " units) it must have ", K::name, "=",
+                                  x_shape.describe(), " (", units, " units) it must have ", K::name, "=",
                                   2 * units, " (input and hidden units) and ", N::name, "=", 4 * units,
                                   " (four gates per unit)"));
   }
-  if (!(h.shape() == x.shape())) {
+  if (!(h.shape() == x_shape)) {
     throw shape_error(detail::cat("lstm_step: h has shape ", h.shape().describe(), "; it must have x_t's shape ",
-                                  x.shape().describe()));
+                                  x_shape.describe()));
   }
-  const typename R::c_t::shape_type c_shape(x.shape().sizes());  // units along n instead of k
+  const typename R::c_t::shape_type c_shape(x_shape.sizes());  // units along n instead of k
   if (!(c.shape() == c_shape)) {
     throw shape_error(detail::cat("lstm_step: c has shape ", c.shape().describe(), "; it must be ",
                                   c_shape.describe(), " (x_t's shape with ", K::name, " named ", N::name, ")"));
@@ -299,11 +323,16 @@ void check_step_sizes(const typename R::h_t& x, const typename R::h_t& h, const 
                                      w.mesh().describe(), "; the step runs where its weight lives"));
     }
   };
-  check_mesh("x_t", x.mesh());
+  check_mesh("x_t", x_mesh);
   check_mesh("h", h.mesh());
   check_mesh("c", c.mesh());
   check_units_split<typename R::k_axis>(units, w.mesh(), K::name);
   check_units_split<typename R::n_axis>(units, w.mesh(), N::name);
+}
+
+template <class R, class W>
+void check_step_sizes(const typename R::h_t& x, const typename R::h_t& h, const typename R::c_t& c, const W& w) {
+  check_step_sizes<R>(x.shape(), x.mesh(), h, c, w);
 }
 
 // --- Small recorded operations -----------------------------------------------------
@@ -437,10 +466,30 @@ typename State::shape_type state_shape(const C& c) {
 
 // What a step keeps for its gradient, per local (row, unit): the four gate
 // activations i, f, g, o, and c (before) and tanh(c') (after).
+// In backward, the first of the step's gradients to run computes the
+// d(pre-activations) dz (and d(c)) once for all three; they go with the
+// step's recorded node once backward has passed it.
 template <class T, class Space>
 struct step_memory {
   backend::storage<T, Space> gates;  // [r, u, 4]
   backend::storage<T, Space> cells;  // [r, u, 2]: c, tanh(c')
+  bool want_dc = false;
+  bool have_dz = false;
+  backend::storage<T, Space> dz;  // [r, u, 4]
+  backend::storage<T, Space> dc;  // [r, u]: d(c), when c wants it
+
+  template <class State>
+  const T* dz_of(const State& dy) {
+    if (!have_dz) {
+      have_dz = true;
+      dz.resize(gates.size());
+      if (want_dc) dc.resize(cells.size() / 2);
+      backend::lstm_gate_gradients(Space{}, backend::view(gates).data(), backend::view(cells).data(), dy.data(),
+                                   backend::view(dz).data(), want_dc ? backend::view(dc).data() : nullptr,
+                                   dy.local_size() / 2);
+    }
+    return backend::view(dz).data();
+  }
 };
 
 // The weight's gradient over the batch: which axes split the batch, learnt
@@ -478,48 +527,227 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
     mem->cells.resize(static_cast<std::size_t>(rows * units * 2));
     backend::lstm_cell_forward(Space{}, z, c.data(), backend::view(mem->cells).data(), out.data(), rows * units);
   }
-  // Each gradient recomputes d(pre-activations) from d(h', c'): a few
-  // operations per element, against a GEMM each.
-  auto dz_of = [mem](const State& dy, T* dc_prev) {
-    backend::storage<T, Space> dz(mem->gates.size());
-    backend::lstm_gate_gradients(Space{}, backend::view(mem->gates).data(), backend::view(mem->cells).data(),
-                                 dy.data(), backend::view(dz).data(), dc_prev, dy.local_size() / 2);
-    return dz;
-  };
+  if (!autodiff::recording() || !(xh.tracked() || c.tracked() || w->tracked())) return out;
+  mem->want_dc = c.tracked();
+  auto n = autodiff::make_node("lstm step");
   // d(xh) = dz . w^T: partial sums over this device's n, then over all of n.
-  auto grad_xh = [dz_of, w, xs = xh.shape(), rows, kl, nl](const State& dy) {
-    XH dxh(dy.mesh(), xs, uninitialized);
-    if (dy.holds_data()) {
-      const auto dz = dz_of(dy, nullptr);
+  if (xh.tracked()) {
+    n->edges.push_back({xh.node(), [mem, w, xs = xh.shape(), rows, kl, nl](const std::any& g, autodiff::node& in) {
+                          const State& dy = autodiff::held_gradient<State>(g);
+                          XH dxh(dy.mesh(), xs, uninitialized);
+                          if (dy.holds_data()) {
+                            const T* dz = mem->dz_of(dy);
+                            backend::share_blas_threads();
+                            backend::gemm(Space{}, false, true, rows, kl, nl, T{1}, dz, nl, w->data(), nl, T{0},
+                                          dxh.data(), kl);
+                            allreduce_along<NA>(dxh);
+                          }
+                          autodiff::accumulate<XH>(in, std::move(dxh));
+                        }});
+  }
+  // d(c) = dc * f, from the same pass as dz.
+  if (c.tracked()) {
+    n->edges.push_back({c.node(), [mem, cs = c.shape()](const std::any& g, autodiff::node& in) {
+                          const State& dy = autodiff::held_gradient<State>(g);
+                          C dc(dy.mesh(), cs, uninitialized);
+                          if (dy.holds_data()) {
+                            mem->dz_of(dy);
+                            backend::copy(Space{}, backend::view(mem->dc).data(), dc.data(), dc.local_size());
+                          }
+                          autodiff::accumulate<C>(in, std::move(dc));
+                        }});
+  }
+  // d(w) += xh^T . dz over this device's part of the batch only, added into
+  // the weight's gradient in place: the partial sums of all steps are
+  // allreduced once (lstm_weight).
+  if (w->tracked()) {
+    add_in_place_edge<State>(*n, *w, [mem, xv = xh.detached(), rows, kl, nl](const State& dy, auto& dw) {
+      if (!dy.holds_data()) return;
+      const T* dz = mem->dz_of(dy);
       backend::share_blas_threads();
-      backend::gemm(Space{}, false, true, rows, kl, nl, T{1}, backend::view(dz).data(), nl, w->data(), nl, T{0},
-                    dxh.data(), kl);
-      allreduce_along<NA>(dxh);
+      backend::gemm(Space{}, true, false, kl, nl, rows, T{1}, xv.data(), kl, dz, nl, T{1}, dw.data(), nl);
+    });
+  }
+  out.set_node(std::move(n));
+  return out;
+}
+
+// --- The whole-sequence path --------------------------------------------------------
+
+// Whether a layer of roles R with weight W runs as one operation over the
+// whole sequence: k and n whole on the mesh (only batch-like dims split,
+// so a step needs no communication) and the weight's rows (k) first in
+// memory, which the strided views of its input and hidden rows assume.
+template <class R, class W>
+inline constexpr bool sequence_path = std::is_void_v<typename R::k_axis> && std::is_void_v<typename R::n_axis> &&
+                                      shape_index_of<typename W::shape_type, typename R::k> == 0;
+
+// What a layer over the sequence keeps for its gradient, per step and local
+// (row, unit): the gate activations and (c, tanh(c')).
+template <class T, class Space>
+struct sequence_memory {
+  backend::storage<T, Space> gates;  // [steps, r, u, 4]
+  backend::storage<T, Space> cells;  // [steps, r, u, 2]
+};
+
+// The local sizes of a layer over the sequence: steps x rows x units; the
+// gate columns; and the stride between the weight's input rows (or its
+// hidden rows), which alternate: two rows of 4u columns.
+struct sequence_sizes {
+  std::int64_t steps = 0, rows = 0, units = 0;
+  std::int64_t gates() const { return 4 * units; }
+  std::int64_t weight_stride() const { return 8 * units; }
+};
+
+// The gradients of a layer over the sequence, shared by its edges: the first
+// edge that runs computes d(pre-activations) of every step, and with them
+// d(h0) and d(c0); each edge then takes its part.
+template <class Seq, class HK, class CK, class W>
+struct sequence_backward {
+  using T = typename Seq::value_type;
+  using Space = typename Seq::space_type;
+
+  sequence_backward(std::shared_ptr<sequence_memory<T, Space>> m, std::shared_ptr<const W> weight,
+                    sequence_sizes sizes, const HK& h, typename CK::shape_type c_shape)
+      : mem(std::move(m)),
+        w(std::move(weight)),
+        e(sizes),
+        h0(h.detached()),
+        c0_shape(c_shape),
+        want_h0(h.tracked()) {}
+
+  std::shared_ptr<sequence_memory<T, Space>> mem;
+  std::shared_ptr<const W> w;
+  sequence_sizes e;
+  HK h0;  // detached; h0, x and y are kept for the weight's gradient
+  typename CK::shape_type c0_shape;
+  bool want_h0;
+  std::optional<Seq> xs, ys;
+
+  bool done = false;
+  backend::storage<T, Space> dz;  // [steps, r, u, 4]
+  std::optional<HK> dh0;
+  std::optional<CK> dc0;
+
+  // Backward through time: per step, one gate-gradient pass and the
+  // recurrent d(h) = dz_t . W_h^T.
+  void run(const Seq& dy) {
+    if (done) return;
+    done = true;
+    dh0.emplace(dy.mesh(), h0.shape());  // the recurrent d(h), zero after the last step
+    dc0.emplace(dy.mesh(), c0_shape);  // d(c), likewise
+    if (!dy.holds_data()) return;
+    const std::int64_t per_step = e.rows * e.units, ng = e.gates(), ldw = e.weight_stride();
+    dz.resize(static_cast<std::size_t>(e.steps * per_step * 4));
+    T* d = backend::view(dz).data();
+    const T* gates = backend::view(mem->gates).data();
+    const T* cells = backend::view(mem->cells).data();
+    backend::share_blas_threads();
+    for (std::int64_t t = e.steps; t-- > 0;) {
+      T* dz_t = d + t * per_step * 4;
+      backend::lstm_sequence_gate_gradients(Space{}, gates + t * per_step * 4, cells + t * per_step * 2,
+                                            dy.data() + t * per_step, dh0->data(), dc0->data(), dz_t, per_step);
+      if (t > 0 || want_h0) {
+        backend::gemm(Space{}, false, true, e.rows, e.units, ng, T{1}, dz_t, ng, w->data() + ng, ldw, T{0},
+                      dh0->data(), e.units);
+      }
     }
-    return dxh;
-  };
-  // d(c) = dc * f.
-  auto grad_c = [dz_of, cs = c.shape()](const State& dy) {
-    C g(dy.mesh(), cs, uninitialized);
-    if (dy.holds_data()) dz_of(dy, g.data());
-    return g;
-  };
-  // d(w) = xh^T . dz over this device's part of the batch only: the
-  // partial sums of all steps are allreduced once (lstm_weight).
-  std::optional<XH> xv;  // kept only when w's gradient is wanted
-  if (w->tracked() && autodiff::recording()) xv = xh.detached();
-  auto grad_w = [dz_of, xv = std::move(xv), ws = w->shape(), rows, kl, nl](const State& dy) {
-    W g(xv->mesh(), ws, uninitialized);
+  }
+
+  // d(x) = DZ . W_x^T over all steps at once.
+  Seq input_gradient(const Seq& dy) {
+    run(dy);
+    Seq dx(dy.mesh(), dy.shape(), uninitialized);
     if (dy.holds_data()) {
-      const auto dz = dz_of(dy, nullptr);
       backend::share_blas_threads();
-      backend::gemm(Space{}, true, false, kl, nl, rows, T{1}, xv->data(), kl, backend::view(dz).data(), nl, T{0},
-                    g.data(), nl);
+      backend::gemm(Space{}, false, true, e.steps * e.rows, e.units, e.gates(), T{1}, backend::view(dz).data(),
+                    e.gates(), w->data(), e.weight_stride(), T{0}, dx.data(), e.units);
     }
-    return g;
-  };
-  return record(std::move(out), "lstm step", gradient_of(xh, std::move(grad_xh)), gradient_of(c, std::move(grad_c)),
-                gradient_of(*w, std::move(grad_w)));
+    return dx;
+  }
+
+  // d(W_x) += X^T . DZ and d(W_h) += H_prev^T . DZ, into the weight's
+  // gradient rows in place: this device's partial sum over the batch.
+  template <class DW>
+  void add_weight_gradient(const Seq& dy, DW& dw) {
+    run(dy);
+    if (!dy.holds_data()) return;
+    const std::int64_t ng = e.gates(), ldw = e.weight_stride(), per_step = e.rows * e.units;
+    const T* d = backend::view(dz).data();
+    backend::share_blas_threads();
+    backend::gemm(Space{}, true, false, e.units, ng, e.steps * e.rows, T{1}, xs->data(), e.units, d, ng, T{1},
+                  dw.data(), ldw);
+    // H_prev: h0, then the outputs of all steps but the last.
+    backend::gemm(Space{}, true, false, e.units, ng, e.rows, T{1}, h0.data(), e.units, d, ng, T{1},
+                  dw.data() + ng, ldw);
+    if (e.steps > 1) {
+      backend::gemm(Space{}, true, false, e.units, ng, (e.steps - 1) * e.rows, T{1}, ys->data(), e.units,
+                    d + per_step * 4, ng, T{1}, dw.data() + ng, ldw);
+    }
+  }
+};
+
+// One layer over the whole sequence xs ([time, batch..., k], time-major),
+// from the state (h0, c0), as one recorded operation: ys, the h of every
+// step, of xs's type. W_x (rows 2u of w) and W_h (rows 2u + 1) are read in
+// place with twice the weight's row stride. The weight's gradient is left
+// as this device's partial sum over the batch (lstm_weight sums it).
+template <class Seq, class HK, class CK, class W>
+Seq sequence_layer(const Seq& xs, const HK& h0, const CK& c0, const std::shared_ptr<const W>& w) {
+  using T = typename Seq::value_type;
+  using Space = typename Seq::space_type;
+  Seq ys(xs.mesh(), xs.shape(), uninitialized);
+  auto mem = std::make_shared<sequence_memory<T, Space>>();
+  sequence_sizes e;
+  const auto ext = xs.local_extent();
+  e.steps = ext[0];
+  e.units = ext[Seq::rank - 1];
+  e.rows = e.steps * e.units == 0 ? 0 : xs.local_size() / (e.steps * e.units);
+  const std::int64_t per_step = e.rows * e.units, ng = e.gates(), ldw = e.weight_stride();
+  if (xs.holds_data() && per_step > 0) {
+    mem->gates.resize(static_cast<std::size_t>(e.steps * per_step * 4));
+    mem->cells.resize(static_cast<std::size_t>(e.steps * per_step * 2));
+    T* z = backend::view(mem->gates).data();
+    T* cells = backend::view(mem->cells).data();
+    backend::share_blas_threads();
+    // The input's part of every step's pre-activations in one product.
+    backend::gemm(Space{}, false, false, e.steps * e.rows, ng, e.units, T{1}, xs.data(), e.units, w->data(), ldw,
+                  T{0}, z, ng);
+    backend::storage<T, Space> c(static_cast<std::size_t>(per_step));
+    backend::copy(Space{}, c0.data(), backend::view(c).data(), per_step);
+    for (std::int64_t t = 0; t < e.steps; ++t) {
+      T* z_t = z + t * per_step * 4;
+      const T* h_prev = t == 0 ? h0.data() : ys.data() + (t - 1) * per_step;
+      backend::gemm(Space{}, false, false, e.rows, ng, e.units, T{1}, h_prev, e.units, w->data() + ng, ldw, T{1},
+                    z_t, ng);
+      backend::lstm_sequence_cell_forward(Space{}, z_t, backend::view(c).data(), cells + t * per_step * 2,
+                                          ys.data() + t * per_step, per_step);
+    }
+  }
+  if (!autodiff::recording() || !(xs.tracked() || h0.tracked() || c0.tracked() || w->tracked())) return ys;
+  auto back = std::make_shared<sequence_backward<Seq, HK, CK, W>>(std::move(mem), w, e, h0, c0.shape());
+  if (w->tracked()) back->xs = xs.detached(), back->ys = ys.detached();
+  auto n = autodiff::make_node("lstm layer over the sequence");
+  if (xs.tracked()) {
+    n->edges.push_back({xs.node(), [back](const std::any& g, autodiff::node& in) {
+                          autodiff::accumulate<Seq>(in, back->input_gradient(autodiff::held_gradient<Seq>(g)));
+                        }});
+  }
+  if (h0.tracked()) {
+    n->edges.push_back({h0.node(), [back](const std::any& g, autodiff::node& in) {
+                          back->run(autodiff::held_gradient<Seq>(g));
+                          autodiff::accumulate<HK>(in, std::move(*back->dh0));
+                        }});
+  }
+  if (c0.tracked()) {
+    n->edges.push_back({c0.node(), [back](const std::any& g, autodiff::node& in) {
+                          back->run(autodiff::held_gradient<Seq>(g));
+                          autodiff::accumulate<CK>(in, std::move(*back->dc0));
+                        }});
+  }
+  add_in_place_edge<Seq>(*n, *w, [back](const Seq& dy, auto& dw) { back->add_weight_gradient(dy, dw); });
+  ys.set_node(std::move(n));
+  return ys;
 }
 
 }  // namespace lstm_detail
@@ -553,6 +781,21 @@ class lstm_weight {
   const W& value() const { return *used_; }
   const std::shared_ptr<const W>& shared() const { return used_; }
 
+  // The weight with K (its rows: the dim it shares with the input) first in
+  // memory, as the cell's GEMMs read it: the weight itself when it is
+  // declared [K, N], else a transposed copy made at the first step and
+  // recorded, so every step's gradient reaches the weight through it.
+  template <class K, class N>
+  auto k_first() const {
+    if constexpr (shape_index_of<typename W::shape_type, K> == 0) {
+      return used_;
+    } else {
+      using kn_t = decltype(lstm_detail::permute<shape<K, N>>(std::declval<const W&>()));
+      if (!k_first_) k_first_ = std::make_shared<const kn_t>(lstm_detail::permute<shape<K, N>>(*used_));
+      return std::static_pointer_cast<const kn_t>(k_first_);
+    }
+  }
+
   // A step whose batch-like dims are split over `axes` uses the weight.
   void used_with(const std::array<bool, W::mesh_type::rank>& axes) const {
     if (!sum_->known) {
@@ -569,6 +812,7 @@ class lstm_weight {
   using sum_t = lstm_detail::batch_sum<W::mesh_type::rank>;
   std::shared_ptr<const W> used_;
   std::shared_ptr<sum_t> sum_;
+  mutable std::shared_ptr<const void> k_first_;  // k_first()'s copy, when W is [N, K]
 };
 
 template <class T>
@@ -615,7 +859,7 @@ auto lstm_step(const X& x_t, const H& h, const C& c, const WArg& w) {
     const auto xh = lstm_detail::interleave<typename r::k>(lstm_detail::in_order<xk>(x_t),
                                                            lstm_detail::in_order<xk>(hx));
     const auto state = lstm_detail::cell<typename r::k_axis, typename r::n_axis, typename r::state_kernel>(
-        xh, lstm_detail::in_order<typename r::c_kernel>(cx), w.shared());
+        xh, lstm_detail::in_order<typename r::c_kernel>(cx), w.template k_first<typename r::k, typename r::n>());
     // h' from n's axis to k's, on the same mesh (see the top of this file).
     auto h_new = replace_mesh<typename r::LX>(lstm_detail::part_of<typename r::hn_kernel, 0>(state), x_t.mesh());
     return lstm_state<h_t, c_t>{lstm_detail::to_order<h_t>(std::move(h_new)),
@@ -754,18 +998,37 @@ X stack(const X& x, const Weights& weights, const States& initial) {
   std::vector<typename r::state_t> state;
   for (const auto& w : weights) used.emplace_back(w);
   for (const auto& s : initial) state.push_back({s.h, s.c});
-  const std::int64_t steps = x.shape().template size<Time>();
-  std::vector<XT> outputs;
-  outputs.reserve(static_cast<std::size_t>(steps));
-  for (std::int64_t t = 0; t < steps; ++t) {
-    XT in = time_step<Time>(x, t);
+  if constexpr (sequence_path<r, W>) {
+    // Layer by layer, each one operation over all steps, time-major.
+    using seq_t = tensor<typename r::T, shape_prepend<shape_append<typename r::batch_shape, typename r::k>, Time>,
+                         typename r::LX, typename r::M>;
+    const auto x_t_shape = shape_from<typename r::SX>(x.shape());
     for (std::size_t l = 0; l < layers; ++l) {
-      state[l] = lstm_step(in, state[l].h, state[l].c, used[l]);
-      in = state[l].h;
+      check_step_sizes<r>(x_t_shape, x.mesh(), state[l].h, state[l].c, used[l].value());
     }
-    outputs.push_back(std::move(in));
+    seq_t seq = in_order<seq_t>(x);
+    for (std::size_t l = 0; l < layers; ++l) {
+      used[l].used_with(r::batch_axes());
+      seq = sequence_layer(seq, in_order<typename r::x_kernel>(state[l].h), in_order<typename r::c_kernel>(state[l].c),
+                           used[l].shared());
+    }
+    return to_order<X>(std::move(seq));
+  } else {
+    // Step by step, each layer's step one operation (k or n split: every
+    // step communicates).
+    const std::int64_t steps = x.shape().template size<Time>();
+    std::vector<XT> outputs;
+    outputs.reserve(static_cast<std::size_t>(steps));
+    for (std::int64_t t = 0; t < steps; ++t) {
+      XT in = time_step<Time>(x, t);
+      for (std::size_t l = 0; l < layers; ++l) {
+        state[l] = lstm_step(in, state[l].h, state[l].c, used[l]);
+        in = state[l].h;
+      }
+      outputs.push_back(std::move(in));
+    }
+    return stack_steps<typename X::shape_type>(outputs);
   }
-  return stack_steps<typename X::shape_type>(outputs);
 }
 }  // namespace lstm_detail
 
