@@ -36,6 +36,14 @@
 // checked warm-up conversion), between buffers its own thread allocated and
 // touched. Devices that receive nothing copy nothing.
 //
+// A conversion also copies what a device keeps (the part of its target slice
+// its source slice already holds) into the new tensor, which that reference
+// leaves out. So a second reference, measured the same way: every device
+// copies as many bytes as its target slice holds (received + kept), the
+// least any conversion into a new tensor writes. Its ratio says how close a
+// conversion comes to that floor; the first one cannot reach 1.0 where
+// devices keep part of their slice.
+//
 // Method (as typemesh-bench-collectives). Per case: import the tensor, one
 // untimed warm-up conversion whose result is checked, then repetitions until
 // at least --min-time-ms of timed work (200 ms by default) and at least
@@ -73,6 +81,12 @@
 //   memcpy/s  max recv / memcpy time                       [GB/s]
 //   ratio     recv/s / memcpy/s (1.0 = the conversion moves its bytes as fast
 //             as the devices memcpy them under the same conditions)
+//   written   the most bytes one device writes into its target slice
+//             (received + kept)
+//   memcpy w  median time of the second reference (every device memcpys
+//             its target slice's bytes)
+//   ratio w   memcpy w / time (1.0 = the conversion writes its target slices
+//             as fast as memcpy)
 //   pieces    boxes in the transfer plan (local copies included)
 //   plan      median time of the plan only
 //   plan%     plan / time
@@ -164,20 +178,20 @@ std::string rate(double bytes, double s) {
 // to run; the barriers order every access.
 struct shared_state {
   rep_clock clock;
-  std::array<std::uint64_t, devices> received{};
+  std::array<std::uint64_t, devices> received{}, written{};
   bool ok = true;
   int plan_inner = 1;
   std::size_t pieces = 0;
   std::string from, to;  // the tensors' descriptions, from device 0
-  timing conversion, reference, plan;
+  timing conversion, reference, reference_written, plan;
   first_failure failure;
 };
 
 struct row {
   std::string name, note;
-  std::uint64_t total = 0, max_received = 0;
+  std::uint64_t total = 0, max_received = 0, max_written = 0;
   std::size_t pieces = 0;
-  timing conversion, reference, plan;
+  timing conversion, reference, reference_written, plan;
   int plan_inner = 1;
   std::string from, to;
 };
@@ -227,11 +241,13 @@ row run_case(const options& opt, std::string name, const Shape& s, const From& f
 
     // Warm-up, checked.
     dev.traffic().reset();
-    std::uint64_t received = 0;
+    std::uint64_t received = 0, written = 0;
     {
       Y y = convert(x, to);
       received = dev.traffic().bytes_received();
+      written = static_cast<std::uint64_t>(y.local_size()) * sizeof(T);
       sh.received[me] = received;
+      sh.written[me] = written;
       if (me == 0) sh.from = x.describe(), sh.to = y.describe();
       auto back = typemesh::export_tensor(y);
       const bool right = to.contains(me) ? back == whole : back.empty();
@@ -266,18 +282,22 @@ row run_case(const options& opt, std::string name, const Shape& s, const From& f
     }
     if (!b.all_ok()) return;
 
-    // The memcpy reference: this device's received bytes, its own buffers.
-    const std::size_t bytes = received;
-    auto src = std::make_unique<std::byte[]>(std::max<std::size_t>(bytes, 1));
-    auto dst = std::make_unique<std::byte[]>(std::max<std::size_t>(bytes, 1));
-    std::memset(src.get(), me + 1, bytes);
-    std::memset(dst.get(), 0, bytes);
-    std::memcpy(dst.get(), src.get(), bytes);  // warm-up
-    const timing ref = b.time_it([&] { reference_copy(dst.get(), src.get(), bytes); });
+    // The memcpy references: this device's received bytes, then its target
+    // slice's bytes, its own buffers.
+    auto reference = [&](std::size_t bytes) {
+      auto src = std::make_unique<std::byte[]>(std::max<std::size_t>(bytes, 1));
+      auto dst = std::make_unique<std::byte[]>(std::max<std::size_t>(bytes, 1));
+      std::memset(src.get(), me + 1, bytes);
+      std::memset(dst.get(), 0, bytes);
+      std::memcpy(dst.get(), src.get(), bytes);  // warm-up
+      const timing ref = b.time_it([&] { reference_copy(dst.get(), src.get(), bytes); });
+      if (bytes && (dst[0] != src[0] || dst[bytes - 1] != src[bytes - 1])) b.fail("memcpy reference went wrong");
+      return ref;
+    };
+    const timing ref = reference(received);
     if (me == 0) sh.reference = ref;
-    if (bytes && (dst[0] != src[0] || dst[bytes - 1] != src[bytes - 1])) b.fail("memcpy reference went wrong");
-    src.reset();
-    dst.reset();
+    const timing ref_written = reference(written);
+    if (me == 0) sh.reference_written = ref_written;
 
     // The conversion.
     const std::uint64_t before = dev.traffic().bytes_received();
@@ -304,9 +324,11 @@ row run_case(const options& opt, std::string name, const Shape& s, const From& f
   r.name = std::move(name);
   r.total = s.elements() * sizeof(T);
   r.max_received = *std::max_element(sh.received.begin(), sh.received.end());
+  r.max_written = *std::max_element(sh.written.begin(), sh.written.end());
   r.pieces = sh.pieces;
   r.conversion = sh.conversion;
   r.reference = sh.reference;
+  r.reference_written = sh.reference_written;
   r.plan = sh.plan;
   r.plan_inner = sh.plan_inner;
   r.from = sh.from;
@@ -328,6 +350,10 @@ void print_legend(const options& opt) {
       "            memcpy-ing as many bytes as it receives in the conversion, at once\n"
       "  memcpy/s  max recv / memcpy time                            [GB/s]\n"
       "  ratio     recv/s / memcpy/s (1.0 = moves its bytes as fast as memcpy)\n"
+      "  written   most bytes one device writes into its target slice (received + kept)\n"
+      "  memcpy w  median time of the 8 devices each memcpy-ing as many bytes as its\n"
+      "            target slice holds, at once: the floor of any conversion into a new tensor\n"
+      "  ratio w   memcpy w / time\n"
       "  pieces    boxes in the transfer plan (local copies included)\n"
       "  plan      median time of runtime_placement::of x2 + make_transfer_plan on every\n"
       "            device of either mesh at once (what transfer() does on each call)\n"
@@ -337,20 +363,26 @@ void print_legend(const options& opt) {
 }
 
 void print_header() {
-  std::printf("%-5s %10s %10s %5s %11s %8s %11s %9s %6s %6s %10s %6s\n", "case", "total", "max recv", "reps", "time",
-              "recv/s", "memcpy", "memcpy/s", "ratio", "pieces", "plan", "plan%");
+  std::printf("%-5s %10s %10s %5s %11s %8s %11s %9s %6s %10s %11s %7s %6s %10s %6s\n", "case", "total", "max recv",
+              "reps", "time", "recv/s", "memcpy", "memcpy/s", "ratio", "written", "memcpy w", "ratio w", "pieces",
+              "plan", "plan%");
 }
 
 void print_row(const row& r) {
   const double mr = static_cast<double>(r.max_received);
   const double ratio = mr > 0 ? r.reference.median_s / r.conversion.median_s : 0;
-  char ratio_text[16] = "-";
+  char ratio_text[16] = "-", written_text[16] = "-";
   if (mr > 0) std::snprintf(ratio_text, sizeof ratio_text, "%.3f", ratio);
-  std::printf("%-5s %10s %10s %5d %11s %8s %11s %9s %6s %6zu %10s %5.1f%%\n", r.name.c_str(),
+  if (r.max_written > 0) {
+    std::snprintf(written_text, sizeof written_text, "%.3f", r.reference_written.median_s / r.conversion.median_s);
+  }
+  std::printf("%-5s %10s %10s %5d %11s %8s %11s %9s %6s %10s %11s %7s %6zu %10s %5.1f%%\n", r.name.c_str(),
               human_bytes(static_cast<double>(r.total)).c_str(), human_bytes(mr).c_str(), r.conversion.reps,
               human_time(r.conversion.median_s).c_str(), rate(mr, r.conversion.median_s).c_str(),
-              human_time(r.reference.median_s).c_str(), rate(mr, r.reference.median_s).c_str(), ratio_text, r.pieces,
-              human_time(r.plan.median_s).c_str(), 100.0 * r.plan.median_s / r.conversion.median_s);
+              human_time(r.reference.median_s).c_str(), rate(mr, r.reference.median_s).c_str(), ratio_text,
+              human_bytes(static_cast<double>(r.max_written)).c_str(), human_time(r.reference_written.median_s).c_str(),
+              written_text, r.pieces, human_time(r.plan.median_s).c_str(),
+              100.0 * r.plan.median_s / r.conversion.median_s);
   std::fflush(stdout);
 }
 

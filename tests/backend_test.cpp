@@ -237,6 +237,57 @@ TEST(StridedKernels, AContractionWithADimInOneOperandOnlyFoldsInOrder) {
   }
 }
 
+// copy_box joins trailing dims that are whole in both arrays into one row;
+// stream_box writes with non-temporal stores from unaligned starts, in
+// blocks of rows with a fence each. Both must copy exactly the box, leaving
+// everything around it as it was, at any thread count and element size.
+template <class T>
+void check_box_copies(std::mt19937& rng, int threads) {
+  using region = be::region<3>;
+  for (int trial = 0; trial < 60; ++trial) {
+    std::array<std::int64_t, 3> src_ext{}, dst_ext{}, ext{};
+    region from{}, to{};
+    for (std::size_t i = 0; i < 3; ++i) {
+      ext[i] = 1 + static_cast<std::int64_t>(rng() % (i == 2 ? 300 : 40));
+      // Often the whole dim in both arrays, so that dims join.
+      src_ext[i] = ext[i] + (rng() % 2 ? 0 : static_cast<std::int64_t>(rng() % 5));
+      dst_ext[i] = ext[i] + (rng() % 2 ? 0 : static_cast<std::int64_t>(rng() % 5));
+      from.array_extent[i] = src_ext[i];
+      to.array_extent[i] = dst_ext[i];
+      from.begin[i] = static_cast<std::int64_t>(rng() % (src_ext[i] - ext[i] + 1));
+      to.begin[i] = static_cast<std::int64_t>(rng() % (dst_ext[i] - ext[i] + 1));
+    }
+    const std::size_t ns = static_cast<std::size_t>(src_ext[0] * src_ext[1] * src_ext[2]);
+    const std::size_t nd = static_cast<std::size_t>(dst_ext[0] * dst_ext[1] * dst_ext[2]);
+    std::vector<T> src(ns), expected(nd);
+    for (std::size_t i = 0; i < ns; ++i) src[i] = static_cast<T>(i * 7 + 1);
+    for (std::size_t i = 0; i < nd; ++i) expected[i] = static_cast<T>(3);
+    for (std::int64_t a = 0; a < ext[0]; ++a)
+      for (std::int64_t b = 0; b < ext[1]; ++b)
+        for (std::int64_t c = 0; c < ext[2]; ++c) {
+          const auto s = ((from.begin[0] + a) * src_ext[1] + from.begin[1] + b) * src_ext[2] + from.begin[2] + c;
+          const auto d = ((to.begin[0] + a) * dst_ext[1] + to.begin[1] + b) * dst_ext[2] + to.begin[2] + c;
+          expected[static_cast<std::size_t>(d)] = src[static_cast<std::size_t>(s)];
+        }
+    std::vector<T> copied(nd, static_cast<T>(3)), streamed(nd, static_cast<T>(3));
+    with_threads(threads, [&] {
+      be::copy_box(host_space{}, src.data(), from, copied.data(), to, ext);
+      be::stream_box(host_space{}, src.data(), from, streamed.data(), to, ext);
+    });
+    ASSERT_EQ(copied, expected) << "copy_box, trial " << trial << ", " << threads << " threads";
+    ASSERT_EQ(streamed, expected) << "stream_box, trial " << trial << ", " << threads << " threads";
+  }
+}
+
+TEST(BoxCopies, CopyAndStreamWriteExactlyTheBox) {
+  std::mt19937 rng(17);
+  for (int threads : {1, 3}) {
+    check_box_copies<float>(rng, threads);
+    check_box_copies<std::uint8_t>(rng, threads);
+    check_box_copies<double>(rng, threads);
+  }
+}
+
 // A sum (and a max) over x's leading dims, the shape of a bias's gradient:
 // whole rows at a time, the same bits as a serial loop per output at any
 // number of threads, with more outputs than one block of the kernel holds.

@@ -163,6 +163,51 @@ TEST(Convert, RandomPairsKeepValuesAtMinimumTraffic) {
   }
 }
 
+// Transfers leave their targets uninitialised and write every element once:
+// that holds only if, for every destination, the plan's pieces tile its
+// target slice, each element once, and each piece lies in its sender's
+// slice, which the receiver reads in place on host threads.
+TEST(Plan, PiecesTileEveryTargetSliceOnceFromTheirSendersSlices) {
+  const S s{8, 8, 8};
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int na = 1 << (rng() % 4), nb = 1 << (rng() % 4);
+    std::vector<int> all = devices::all(8);
+    std::shuffle(all.begin(), all.end(), rng);
+    std::vector<int> da(all.begin(), all.begin() + na);
+    std::shuffle(all.begin(), all.end(), rng);
+    std::vector<int> db(all.begin(), all.begin() + nb);
+    const auto a = placement_of(codes[rng() % codes.size()], random_grid(na, rng), da);
+    const auto b = placement_of(codes[rng() % codes.size()], random_grid(nb, rng), db);
+    const auto plan = typemesh::make_transfer_plan<3>(s.sizes(), a, b);
+    for (int dst : db) {
+      const auto want = b.slice_at(s.sizes(), *b.coordinate_of(dst));
+      std::vector<int> written(static_cast<std::size_t>(want.elements()), 0);
+      for (const auto& p : plan.pieces) {
+        if (p.to != dst) continue;
+        ASSERT_TRUE(a.coordinate_of(p.from).has_value());
+        const auto held = a.slice_at(s.sizes(), *a.coordinate_of(p.from));
+        ASSERT_TRUE(p.source == held) << "trial " << trial << ": the piece names another slice than its sender's";
+        for (std::size_t i = 0; i < 3; ++i) {
+          ASSERT_GE(p.region.begin[i], held.begin[i]);
+          ASSERT_LE(p.region.begin[i] + p.region.extent[i], held.begin[i] + held.extent[i]);
+          ASSERT_GE(p.region.begin[i], want.begin[i]);
+          ASSERT_LE(p.region.begin[i] + p.region.extent[i], want.begin[i] + want.extent[i]);
+        }
+        for (std::int64_t i = 0; i < p.region.extent[0]; ++i)
+          for (std::int64_t j = 0; j < p.region.extent[1]; ++j)
+            for (std::int64_t k = 0; k < p.region.extent[2]; ++k) {
+              const std::int64_t x = p.region.begin[0] + i - want.begin[0], y = p.region.begin[1] + j - want.begin[1],
+                                 z = p.region.begin[2] + k - want.begin[2];
+              ++written[static_cast<std::size_t>((x * want.extent[1] + y) * want.extent[2] + z)];
+            }
+      }
+      for (std::size_t e = 0; e < written.size(); ++e)
+        ASSERT_EQ(written[e], 1) << "trial " << trial << ", device " << dst << ", element " << e;
+    }
+  }
+}
+
 // --- Relayout within a mesh --------------------------------------------------
 
 TEST(Relayout, MovesDimsBetweenAxesWhereMeshTensorFlowsRenameWentWrong) {
@@ -419,37 +464,44 @@ typemesh::host_tensor<float, S3> counting(const S3& s, float from) {
 
 // A target device skips a replace_mesh: its next replace_mesh must not take
 // the skipped one's message (it used to, silently, with the wrong values).
+// Both as messages (small) and as loans (64 KiB and more a pair, host threads).
+const S3 small_and_lent[] = {S3{4, 2, 2}, S3{64, 32, 32}};
+
 TEST(Identity, ASkippedReplaceMeshIsNamedNotTakenByTheNext) {
-  const auto h = counting(S3{4, 2, 2}, 0), g = counting(S3{4, 2, 2}, 1000);
-  expect_error<typemesh::collective_error>(
-      [&] {
-        launch({.devices = 4, .backend = host}, [&](device& dev) {
-          M1 from({2}, {0, 1});
-          M2 to({2}, {2, 3});
-          auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
-          auto y = typemesh::import_tensor<layout<d1(a0)>>(from, g);
-          if (dev.id() != 3) (void)typemesh::replace_mesh<layout<d0(a0)>>(x, to);  // device 3 skips this one
-          auto z = typemesh::replace_mesh<layout<d1(a0)>>(y, to);
-          if (to.contains(dev.id())) expect_local(z, [&](auto i) { return g[i]; });
-        });
-      },
-      {"replace_mesh from mesh 'one'", "to mesh 'two'", "dims [d0=4 d1=2 d2=2], layout<", "to layout<",
-       "belongs to replace_mesh from mesh 'one'", "skipped a transfer"});
+  for (const S3& s : small_and_lent) {
+    const auto h = counting(s, 0), g = counting(s, 1000);
+    expect_error<typemesh::collective_error>(
+        [&] {
+          launch({.devices = 4, .backend = host}, [&](device& dev) {
+            M1 from({2}, {0, 1});
+            M2 to({2}, {2, 3});
+            auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
+            auto y = typemesh::import_tensor<layout<d1(a0)>>(from, g);
+            if (dev.id() != 3) (void)typemesh::replace_mesh<layout<d0(a0)>>(x, to);  // device 3 skips this one
+            auto z = typemesh::replace_mesh<layout<d1(a0)>>(y, to);
+            if (to.contains(dev.id())) expect_local(z, [&](auto i) { return g[i]; });
+          });
+        },
+        {"replace_mesh from mesh 'one'", "to mesh 'two'", "layout<", "to layout<",
+         "belongs to replace_mesh from mesh 'one'", "skipped a transfer"});
+  }
 }
 
 // A skipped replace_mesh that nothing follows is reported when the program ends.
 TEST(Identity, ALeftoverTransferMessageIsReportedAtTheEnd) {
-  const auto h = counting(S3{4, 2, 2}, 0);
-  expect_error<typemesh::collective_error>(
-      [&] {
-        launch({.devices = 4, .backend = host}, [&](device& dev) {
-          M1 from({2}, {0, 1});
-          M2 to({2}, {2, 3});
-          auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
-          if (dev.id() != 2) (void)typemesh::replace_mesh<layout<d0(a0)>>(x, to);
-        });
-      },
-      {"ended with messages nobody received", "of replace_mesh from mesh 'one'", "which device 2 never received"});
+  for (const S3& s : small_and_lent) {
+    const auto h = counting(s, 0);
+    expect_error<typemesh::collective_error>(
+        [&] {
+          launch({.devices = 4, .backend = host}, [&](device& dev) {
+            M1 from({2}, {0, 1});
+            M2 to({2}, {2, 3});
+            auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
+            if (dev.id() != 2) (void)typemesh::replace_mesh<layout<d0(a0)>>(x, to);
+          });
+        },
+        {"ended with messages nobody received", "of replace_mesh from mesh 'one'", "which device 2 never received"});
+  }
 }
 
 // A source device skips it: the receivers' wait names the replace_mesh, and
@@ -519,6 +571,102 @@ TEST(Identity, RepeatedTransfersKeepTheirOrder) {
       }
     }
   });
+}
+
+// --- Host threads: receivers read the senders' slices in place -------------------
+
+// A sender that changes its source as soon as the call returns never changes
+// what its receivers get: it returns only once they have read it, or once it
+// has copied out what a late receiver has not taken yet.
+TEST(InPlace, ASourceChangedRightAfterTheCallLeavesTheResult) {
+  using namespace std::chrono_literals;
+  const auto h = counting(S3{64, 64, 32}, 0);  // 128 KiB between each pair: lent
+  for (auto late : {0ms, 150ms}) {
+    SCOPED_TRACE(testing::Message() << "receivers start " << late.count() << " ms late");
+    launch({.devices = 4, .backend = host}, [&](device& dev) {
+      EXPECT_TRUE(dev.lends());
+      M1 from({2}, {0, 1});
+      M2 to({2}, {2, 3});
+      auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
+      if (to.contains(dev.id())) std::this_thread::sleep_for(late);
+      auto y = typemesh::replace_mesh<layout<d1(a0)>>(x, to);
+      for (float& v : x.local()) v = -1;  // the source changes at once
+      if (to.contains(dev.id())) {
+        std::this_thread::sleep_for(10ms);  // long after the senders' change
+        expect_local(y, [&](auto i) { return h[i]; });
+      }
+    });
+  }
+}
+
+// Targets of a megabyte or more are written with non-temporal stores; the
+// values are the same, in every direction of a replace_mesh and a relayout.
+TEST(InPlace, LargeTargetsKeepTheirValues) {
+  const S3 s{64, 64, 128};  // 2 MiB of floats
+  const auto h = counting(s, 0);
+  launch({.devices = 4, .backend = host}, [&](device& dev) {
+    M1 from({2}, {0, 1});
+    M2 to({2}, {2, 3});
+    typemesh::mesh<"grid", a0, a1> grid({2, 2});
+    auto x = typemesh::import_tensor<layout<d2(a0)>>(from, h);
+    auto y = typemesh::replace_mesh<layout<d0(a0)>>(x, to);  // 1 MiB targets, strided rows
+    auto back = typemesh::replace_mesh<layout<d1(a0)>>(y, from);
+    auto g = typemesh::import_tensor<layout<d0(a0), d1(a1)>>(grid, h);
+    auto swapped = typemesh::relayout<layout<d0(a1)>>(g);  // 1 MiB targets, replicated along a0
+    if (to.contains(dev.id())) expect_local(y, [&](auto i) { return h[i]; });
+    if (from.contains(dev.id())) expect_local(back, [&](auto i) { return h[i]; });
+    expect_local(swapped, [&](auto i) { return h[i]; });
+  });
+}
+
+// Many transfers back to back between the same devices, both ways and within
+// a mesh, each with new values: every one takes its own call's data.
+TEST(InPlace, ManyTransfersBackToBackBetweenTheSameDevices) {
+  const S3 s{64, 32, 32};  // 64 KiB between each pair of the replace_meshes (lent), 16 KiB in the relayout (sent)
+  launch({.devices = 4, .backend = host}, [&](device& dev) {
+    M1 from({2}, {0, 1});
+    M2 to({2}, {2, 3});
+    typemesh::mesh<"grid", a0, a1> grid({2, 2});
+    std::uint64_t received = 0;
+    for (int rep = 0; rep < 100; ++rep) {
+      const auto h = counting(s, 1000.0f * rep);
+      auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
+      auto y = typemesh::replace_mesh<layout<d1(a0)>>(x, to);
+      auto back = typemesh::replace_mesh<layout<d2(a0)>>(y, from);
+      auto g = typemesh::import_tensor<layout<d0(a0), d1(a1)>>(grid, h);
+      auto swapped = typemesh::relayout<layout<d0(a1), d1(a0)>>(g);
+      if (to.contains(dev.id())) expect_local(y, [&](auto i) { return h[i]; });
+      if (from.contains(dev.id())) expect_local(back, [&](auto i) { return h[i]; });
+      expect_local(swapped, [&](auto i) { return h[i]; });
+      if (testing::Test::HasFailure()) return;
+      if (rep == 0) received = dev.traffic().bytes_received();
+    }
+    // Every repetition moved the same bytes again.
+    EXPECT_EQ(dev.traffic().bytes_received(), 100 * received);
+  });
+}
+
+// A receiver that first waits for something the sender does only after the
+// transfer: the sender must not wait for it (a buffered send would not).
+TEST(InPlace, AReceiverBusyElsewhereDoesNotHoldTheSender) {
+  const auto h = counting(S3{64, 32, 16}, 0);  // 128 KiB: lent
+  const auto start = std::chrono::steady_clock::now();
+  launch({.devices = 2, .timeout = std::chrono::seconds(20), .backend = host}, [&](device& dev) {
+    M1 from({1}, {0});
+    M2 to({1}, {1});
+    auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
+    std::vector<float> token{1};
+    if (dev.id() == 0) {
+      auto y = typemesh::replace_mesh<layout<d0(a0)>>(x, to);
+      for (float& v : x.local()) v = -1;
+      dev.send<float>(1, token, 7);
+    } else {
+      dev.recv<float>(0, token, 7);
+      auto y = typemesh::replace_mesh<layout<d0(a0)>>(x, to);
+      expect_local(y, [&](auto i) { return h[i]; });
+    }
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 }  // namespace

@@ -217,6 +217,80 @@ TEST(Collectives, AllgatherReduceScatterAlltoallBroadcastMatchSerial) {
   }
 }
 
+// A host collective whose input is at most host_world::small_bytes copies it
+// into the group's meeting place and meets once; a larger one is read where
+// it is. Around that size, both give the serial member-order result, bit for
+// bit (the sums are inexact in float, so the order shows).
+TEST(Collectives, SmallAndLargeInputsGiveTheSerialMemberOrderResult) {
+  const group g{{3, 1, 4, 0, 5, 2, 7, 6}, "all"};
+  constexpr std::size_t small = typemesh::host_world::small_bytes / sizeof(float);
+  auto value = [](int d, std::size_t i) { return 1.0f / static_cast<float>(1 + d + i % 13) + 1e-7f * static_cast<float>(i); };
+  for (std::size_t n : {std::size_t{1}, small / 8, small / 8 + 1, small - 1, small, small + 1, 3 * small}) {
+    SCOPED_TRACE(testing::Message() << n << " elements");
+    struct out {
+      std::vector<float> reduced, gathered, exchanged, scattered, broadcast;
+    };
+    auto results = launch(8, [&](device& dev) {
+      out o;
+      std::vector<float> mine(n), blocks(8 * n);
+      for (std::size_t i = 0; i < n; ++i) mine[i] = value(dev.id(), i);
+      for (std::size_t i = 0; i < 8 * n; ++i) blocks[i] = value(dev.id(), i);
+      o.reduced.resize(n);
+      dev.allreduce<float>(g, mine, o.reduced);
+      o.gathered.resize(8 * n);
+      dev.allgather<float>(g, mine, o.gathered);
+      o.exchanged.resize(8 * n);
+      dev.alltoall<float>(g, blocks, o.exchanged);
+      o.scattered.resize(n);
+      dev.reduce_scatter<float>(g, blocks, o.scattered);
+      o.broadcast = mine;
+      dev.broadcast<float>(g, o.broadcast, 5);
+      return o;
+    });
+    for (int d = 0; d < 8; ++d) {
+      const int me = g.index_of(d);
+      for (std::size_t i = 0; i < n; ++i) {
+        float sum = value(g.devices[0], i), block_sum = value(g.devices[0], me * n + i);
+        for (int m = 1; m < 8; ++m) sum += value(g.devices[m], i), block_sum += value(g.devices[m], me * n + i);
+        ASSERT_EQ(results[d].reduced[i], sum) << "device " << d << " element " << i;
+        ASSERT_EQ(results[d].scattered[i], block_sum) << "device " << d << " element " << i;
+        ASSERT_EQ(results[d].broadcast[i], value(g.devices[5], i));
+        for (int j = 0; j < 8; ++j) {
+          ASSERT_EQ(results[d].gathered[j * n + i], value(g.devices[j], i));
+          ASSERT_EQ(results[d].exchanged[j * n + i], value(g.devices[j], me * n + i));
+        }
+      }
+    }
+  }
+}
+
+// Small collectives back to back on overlapping groups, with new values each
+// time: a member that runs ahead into the next one never overwrites a copy
+// its peers are still reading.
+TEST(Collectives, SmallCollectivesBackToBackKeepTheirInputsApart) {
+  launch(8, [](device& dev) {
+    const group all{typemesh::devices::all(8), "all"};
+    const group pair{{dev.id() / 2 * 2, dev.id() / 2 * 2 + 1}, "pair"};
+    for (int rep = 0; rep < 300; ++rep) {
+      const group& g = rep % 3 == 2 ? pair : all;
+      std::vector<std::int64_t> mine(16), sum(16), gathered(16 * g.size());
+      for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = rep * 1000 + dev.id() * 16 + static_cast<int>(i);
+      dev.allreduce<std::int64_t>(g, mine, sum);
+      dev.allgather<std::int64_t>(g, mine, gathered);
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        std::int64_t expected = 0;
+        for (int m = 0; m < g.size(); ++m) {
+          const std::int64_t theirs = rep * 1000 + g.devices[m] * 16 + static_cast<int>(i);
+          expected += theirs;
+          ASSERT_EQ(gathered[m * mine.size() + i], theirs) << "rep " << rep;
+        }
+        ASSERT_EQ(sum[i], expected) << "rep " << rep;
+      }
+      if (rep % 7 == 0) dev.barrier(all);
+    }
+  });
+}
+
 TEST(Collectives, AllreduceCountsAReduceScatterAndAnAllgather) {
   auto t = launch(4, [](device& dev) {
     std::vector<float> v(1000, 1.0f);
@@ -562,6 +636,73 @@ TEST(Messages, ALabelledMessageIsNeverTakenByAnotherOperation) {
         launch(2, [](device& dev) {
           std::vector<double> a(5);
           if (dev.id() == 0) dev.send_labelled<double>("the only op", 1, a);
+        });
+      },
+      {"device 0 sent device 1 5 f64 of the only op (its labelled message 0 to device 1)", "never received"});
+}
+
+// On host threads a labelled message may be lent instead of copied: the
+// receiver reads the lender's memory in place, and the lender's settle_loans
+// returns only once nobody reads it, so it may change it right after.
+TEST(Messages, ALentBufferIsReadInPlaceUntilItsReaderIsDone) {
+  using namespace std::chrono_literals;
+  for (auto late : {0ms, 150ms}) {  // 150 ms: the lender copies it out first
+    SCOPED_TRACE(testing::Message() << "the receiver starts " << late.count() << " ms late");
+    auto got = launch(2, [&](device& dev) {
+      EXPECT_TRUE(dev.lends());
+      std::vector<float> mine{1, 2, 3, 4};
+      if (dev.id() == 0) {
+        dev.lend_labelled<float>("the op", 1, mine, 4);
+        dev.settle_loans();
+        std::fill(mine.begin(), mine.end(), -1.0f);
+        return std::vector<float>{};
+      }
+      std::this_thread::sleep_for(late);
+      auto [data, hold] = dev.borrow_labelled<float>("the op", 0, 4, 4);
+      std::this_thread::sleep_for(20ms);  // the lender is in settle_loans meanwhile
+      return std::vector<float>(data.begin(), data.end());
+    });
+    EXPECT_EQ(got[1], (std::vector<float>{1, 2, 3, 4}));
+  }
+
+  // The label is checked as for a sent message.
+  expect_error<typemesh::collective_error>(
+      [] {
+        launch(2, [](device& dev) {
+          std::vector<float> a{1, 2};
+          if (dev.id() == 0) {
+            dev.lend_labelled<float>("first op", 1, a, 2);
+            dev.settle_loans();
+          } else {
+            (void)dev.borrow_labelled<float>("second op", 0, 2, 2);
+          }
+        });
+      },
+      {"device 1 expects its labelled message 0 from device 0 to belong to second op",
+       "device 0's message 0 belongs to first op", "skipped a transfer"});
+  // So are the sizes.
+  expect_error<typemesh::collective_error>(
+      [] {
+        launch(2, [](device& dev) {
+          std::vector<float> a{1, 2};
+          if (dev.id() == 0) {
+            dev.lend_labelled<float>("the op", 1, a, 2);
+            dev.settle_loans();
+          } else {
+            (void)dev.borrow_labelled<float>("the op", 0, 3, 2);
+          }
+        });
+      },
+      {"device 1 expects 3 f32 from device 0", "the message holds 2 f32"});
+  // A loan nobody takes is copied out and reported at the end like a message.
+  expect_error<typemesh::collective_error>(
+      [] {
+        launch(2, [](device& dev) {
+          std::vector<double> a(5);
+          if (dev.id() == 0) {
+            dev.lend_labelled<double>("the only op", 1, a, 5);
+            dev.settle_loans();
+          }
         });
       },
       {"device 0 sent device 1 5 f64 of the only op (its labelled message 0 to device 1)", "never received"});

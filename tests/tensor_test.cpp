@@ -123,6 +123,29 @@ TEST(TensorCollectives, AllconcatAllsplitAlltoallKeepTheValues) {
   });
 }
 
+// The collectives pass a tensor to the device as it is where the blocks they
+// exchange are runs of it (every dim before the split one has one element
+// locally) and stage it otherwise; their outputs start uninitialised. Each
+// way keeps the values.
+TEST(TensorCollectives, WithAndWithoutStagingTheValuesStay) {
+  const S s{4, 8, 4};
+  const whole h = numbered(s);
+  launch(8, [&](device&) {
+    M m({2, 4});
+    auto at = [&](auto g) { return h[g]; };
+    auto by_d0 = typemesh::import_tensor<layout<d0(a0)>>(m, h);
+    auto by_d1 = typemesh::import_tensor<layout<d1(a0)>>(m, h);
+    expect_local(typemesh::allconcat<d0>(by_d0), at);      // runs: gathered in place
+    expect_local(typemesh::allconcat<d1>(by_d1), at);      // d0 before d1: staged
+    expect_local(typemesh::alltoall<d0, d1>(by_d0), at);  // packed (d0 before d1), received in place
+    expect_local(typemesh::alltoall<d1, d0>(by_d1), at);  // sent in place, unpacked
+    auto replicas = typemesh::import_tensor<typemesh::replicated>(m, h);
+    auto times4 = [&](auto g) { return 4 * h[g]; };  // the four identical replicas along a1
+    expect_local(typemesh::reduce_scatter<d0, a1>(replicas), times4);  // in place
+    expect_local(typemesh::reduce_scatter<d2, a1>(replicas), times4);  // staged
+  });
+}
+
 TEST(TensorCollectives, AllreduceAndReduceScatterSumTheReplicas) {
   const S s{4, 8, 2};
   const whole h = numbered(s);

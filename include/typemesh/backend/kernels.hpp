@@ -3,15 +3,21 @@
 // argument). They never communicate.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "typemesh/backend/config.hpp"
 #include "typemesh/backend/functors.hpp"
 #include "typemesh/backend/parallel.hpp"
 #include "typemesh/backend/storage.hpp"
+
+#if defined(__SSE2__) && !defined(__CUDA_ARCH__)
+#include <emmintrin.h>
+#endif
 
 namespace typemesh::backend {
 
@@ -147,14 +153,20 @@ struct copy_rows {
   std::int64_t src_offset;
   std::int64_t dst_offset;
 
-  TYPEMESH_HOST_DEVICE void operator()(std::int64_t row) const {
-    std::int64_t s = src_offset, d = dst_offset;
+  // Where row `row` starts in src and in dst.
+  TYPEMESH_HOST_DEVICE void locate(std::int64_t row, std::int64_t& s, std::int64_t& d) const {
+    s = src_offset, d = dst_offset;
     for (std::size_t i = Rank - 1; i-- > 0;) {
       std::int64_t c = row % rows_extent[i];
       row /= rows_extent[i];
       s += c * src_stride[i];
       d += c * dst_stride[i];
     }
+  }
+
+  TYPEMESH_HOST_DEVICE void operator()(std::int64_t row) const {
+    std::int64_t s, d;
+    locate(row, s, d);
 #if defined(__CUDA_ARCH__)
     for (std::int64_t j = 0; j < rows_extent[Rank - 1]; ++j) dst[d + j] = src[s + j];
 #else
@@ -173,6 +185,106 @@ std::array<std::int64_t, Rank> strides(const std::array<std::int64_t, Rank>& ext
   }
   return st;
 }
+
+// The rows of a box copy (Rank >= 1, no zero extent) and how many there are.
+// On the host, trailing dims the box spans whole in both arrays join the
+// row, up to default_grain elements (more rows are left for the kernel
+// threads): few long memcpys instead of many short ones. A GPU copies a row
+// per thread, so there rows stay short. The joined dims become ones.
+template <class Space, class T, std::size_t Rank>
+copy_rows<T, Rank> rows_of(const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
+                           const std::array<std::int64_t, Rank>& extent, std::int64_t& rows) {
+  copy_rows<T, Rank> k{src, dst, {}, {}, {}, 0, 0};
+  auto ss = strides(from.array_extent), ds = strides(to.array_extent);
+  rows = 1;
+  for (std::size_t i = 0; i < Rank; ++i) {
+    k.rows_extent[i] = extent[i];
+    k.src_stride[i] = ss[i];
+    k.dst_stride[i] = ds[i];
+    k.src_offset += from.begin[i] * ss[i];
+    k.dst_offset += to.begin[i] * ds[i];
+    if (i + 1 < Rank) rows *= extent[i];
+  }
+  std::size_t last = Rank - 1;
+  while (std::is_same_v<Space, host_space> && last > 0 && extent[last] == from.array_extent[last] &&
+         extent[last] == to.array_extent[last] && k.rows_extent[last - 1] * k.rows_extent[last] <= default_grain) {
+    k.rows_extent[last - 1] *= k.rows_extent[last];
+    k.rows_extent[last] = 1;
+    rows /= extent[last - 1];
+    --last;
+  }
+  if (last != Rank - 1) {
+    // Move the joined row to the last place, where copy_rows expects it.
+    k.rows_extent[Rank - 1] = k.rows_extent[last];
+    k.rows_extent[last] = 1;
+    k.src_stride[last] = k.dst_stride[last] = 0;
+  }
+  return k;
+}
+
+#if defined(__SANITIZE_THREAD__)
+#define TYPEMESH_STREAM_STORES 0  // the race detector does not see them
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TYPEMESH_STREAM_STORES 0
+#endif
+#endif
+#if !defined(TYPEMESH_STREAM_STORES)
+#if defined(__SSE2__) && !defined(__CUDA_ARCH__)
+#define TYPEMESH_STREAM_STORES 1
+#else
+#define TYPEMESH_STREAM_STORES 0
+#endif
+#endif
+
+// Copies n bytes with stores that bypass the caches where the machine has
+// them (x86's non-temporal stores), else memcpy. Such stores are ordered
+// only by stream_fence, which the copying thread must call before another
+// thread may read what it wrote.
+inline void stream_bytes(std::byte* d, const std::byte* s, std::size_t n) {
+#if TYPEMESH_STREAM_STORES
+  const std::size_t head = std::min(n, (16 - (reinterpret_cast<std::uintptr_t>(d) & 15)) & 15);
+  std::memcpy(d, s, head);
+  d += head, s += head, n -= head;
+  for (; n >= 64; n -= 64, d += 64, s += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
+  }
+  for (; n >= 16; n -= 16, d += 16, s += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+  }
+#endif
+  std::memcpy(d, s, n);
+}
+inline void stream_fence() {
+#if TYPEMESH_STREAM_STORES
+  _mm_sfence();
+#endif
+}
+
+// Copies blocks of rows with stream_bytes, one fence per block.
+template <class T, std::size_t Rank>
+struct stream_rows {
+  copy_rows<T, Rank> rows;
+  std::int64_t per_block, count;
+
+  void operator()(std::int64_t block) const {
+    const std::int64_t end = std::min(count, (block + 1) * per_block);
+    const std::size_t bytes = static_cast<std::size_t>(rows.rows_extent[Rank - 1]) * sizeof(T);
+    for (std::int64_t row = block * per_block; row < end; ++row) {
+      std::int64_t s, d;
+      rows.locate(row, s, d);
+      stream_bytes(reinterpret_cast<std::byte*>(rows.dst + d), reinterpret_cast<const std::byte*>(rows.src + s), bytes);
+    }
+    stream_fence();
+  }
+};
 }  // namespace detail
 
 // Copies a box of `extent` from src (at from.begin) into dst (at to.begin),
@@ -180,24 +292,36 @@ std::array<std::int64_t, Rank> strides(const std::array<std::int64_t, Rank>& ext
 template <class Space, class T, std::size_t Rank>
 void copy_box(Space space, const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
               const std::array<std::int64_t, Rank>& extent) {
-  std::int64_t rows = 1;
-  for (std::size_t i = 0; i < Rank; ++i) {
+  for (std::size_t i = 0; i < Rank; ++i)
     if (extent[i] == 0) return;
-    if (i + 1 < Rank) rows *= extent[i];
-  }
   if constexpr (Rank == 0) {
     parallel_for(space, 1, [=] TYPEMESH_KERNEL(std::int64_t) { *dst = *src; });
   } else {
-    detail::copy_rows<T, Rank> k{src, dst, {}, {}, {}, 0, 0};
-    auto ss = detail::strides(from.array_extent), ds = detail::strides(to.array_extent);
-    for (std::size_t i = 0; i < Rank; ++i) {
-      k.rows_extent[i] = extent[i];
-      k.src_stride[i] = ss[i];
-      k.dst_stride[i] = ds[i];
-      k.src_offset += from.begin[i] * ss[i];
-      k.dst_offset += to.begin[i] * ds[i];
-    }
-    parallel_for(space, rows, k, grain_for(extent[Rank - 1]));
+    std::int64_t rows = 0;
+    auto k = detail::rows_of<Space>(src, from, dst, to, extent, rows);
+    parallel_for(space, rows, k, grain_for(k.rows_extent[Rank - 1]));
+  }
+}
+
+// copy_box for a large target that is not read again soon (a transfer's
+// target slice of megabytes): on the host its stores bypass the caches, which
+// spares reading each target line in before it is overwritten, a third of the
+// copy's memory traffic. Every element is written and visible to other threads
+// when it returns, as with copy_box.
+template <class T, std::size_t Rank>
+void stream_box(host_space space, const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
+                const std::array<std::int64_t, Rank>& extent) {
+  if constexpr (Rank == 0 || !TYPEMESH_STREAM_STORES) {
+    copy_box(space, src, from, dst, to, extent);
+  } else {
+    for (std::size_t i = 0; i < Rank; ++i)
+      if (extent[i] == 0) return;
+    std::int64_t rows = 0;
+    auto k = detail::rows_of<host_space>(src, from, dst, to, extent, rows);
+    const std::int64_t per_block = std::max<std::int64_t>(1, (std::int64_t(64) << 10) / (k.rows_extent[Rank - 1] * std::int64_t(sizeof(T))));
+    const std::int64_t blocks = (rows + per_block - 1) / per_block;
+    parallel_for(space, blocks, detail::stream_rows<T, Rank>{k, per_block, rows},
+                 grain_for(per_block * k.rows_extent[Rank - 1]));
   }
 }
 

@@ -1,6 +1,10 @@
-// Carrying out a transfer plan: each device packs what it sends to each peer
-// into one message, copies what it keeps, and unpacks what it receives. Sends
-// are buffered, so no order of devices can deadlock.
+// Carrying out a transfer plan. On host threads (a communicator that lends
+// memory) each receiver copies its pieces straight from the senders' source
+// slices into its target slice, wherever a pair moves at least lend_bytes;
+// otherwise (small pieces, MPI, NCCL, GPU memory) each device packs what it
+// sends to each peer into one message, copies what it keeps, and unpacks what
+// it receives. Neither waits on a receiver for longer than a buffered send
+// would, so no order of devices can deadlock.
 //
 // Every message is labelled with the transfer's description (the operation,
 // both meshes, the dims and both layouts) and its place in the stream between
@@ -11,8 +15,10 @@
 #pragma once
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -51,14 +57,45 @@ struct local_slice {
   }
 };
 
+// Below this many bytes between two devices a transfer sends a message even
+// where the communicator lends: a loan makes the sender wait for its reader,
+// which costs more than copying a few KiB twice.
+inline constexpr std::int64_t lend_bytes = std::int64_t(64) << 10;
+
 // Moves the pieces of `plan` from `in` (this device's source slice) into
 // `out` (its target slice), both in the memory of Space. Compiled once per
 // space, element type and rank.
+//
+// Where the communicator lends host memory (host threads), a device lends its
+// whole source slice to each peer it sends at least lend_bytes to, and that
+// peer copies its pieces from the slice straight into its target slice:
+// every element moves once. The label still goes ahead of each loan, so a
+// receiver never takes another transfer's. Before returning (also on an
+// error) the device waits until its slice is no longer read. A host target
+// slice of a megabyte or more is written with stores that bypass the caches
+// (backend::stream_box): it does not stay in a core's cache anyway, and its
+// lines are then not read in before being overwritten, a third of a copy's
+// memory traffic. Between other pairs, and on other communicators, each
+// device packs the pieces it sends to a peer into one message and unpacks
+// what it receives.
 template <class Space, class T, std::size_t Rank>
 void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& plan, local_slice<const T, Rank> in,
                   local_slice<T, Rank> out) {
   device& dev = this_device();
   const int me = dev.id();
+  bool lends = false, stream = false;
+  if constexpr (std::is_same_v<Space, host_space>) {
+    lends = dev.lends();
+    stream = out.slice.elements() * std::int64_t(sizeof(T)) >= (std::int64_t(1) << 20);
+  }
+  // Into the target slice.
+  auto copy = [&](const T* src, const backend::region<Rank>& from, const backend::region<Rank>& to,
+                  const std::array<std::int64_t, Rank>& extent) {
+    if constexpr (std::is_same_v<Space, host_space>) {
+      if (stream) return backend::stream_box(s, src, from, out.data, to, extent);
+    }
+    backend::copy_box(s, src, from, out.data, to, extent);
+  };
   auto packed = [](const box<Rank>& b) { return backend::region<Rank>{b.extent, {}}; };
 
   std::map<int, std::vector<const transfer_piece<Rank>*>> to_send, to_receive;
@@ -71,10 +108,26 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
     for (auto* p : pieces) n += p->region.elements();
     return n;
   };
+  // Both sides of a pair decide the same from the plan.
+  auto by_loan = [&](std::int64_t n) { return lends && n * std::int64_t(sizeof(T)) >= lend_bytes; };
 
-  // Outgoing: one message per destination, pieces in plan order. A single
-  // piece that is contiguous in the slice goes without staging.
+  struct settle_on_exit {
+    device& dev;
+    bool lent = false;
+    ~settle_on_exit() {
+      if (lent) dev.settle_loans();
+    }
+  } settle{dev};
+
+  // Outgoing: a loan, or one message per destination, pieces in plan order.
+  // A single piece that is contiguous in the slice goes without staging.
   for (const auto& [peer, pieces] : to_send) {
+    if (by_loan(total(pieces))) {
+      settle.lent = true;
+      dev.lend_labelled<T>(what, peer, std::span<const T>(in.data, static_cast<std::size_t>(in.slice.elements())),
+                           static_cast<std::size_t>(total(pieces)));
+      continue;
+    }
     if (std::int64_t at = pieces.size() == 1 ? in.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
       dev.send_labelled(what, peer, backend::span_of(s, in.data + at, pieces[0]->region.elements()));
       continue;
@@ -90,13 +143,21 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
 
   // What this device keeps.
   for (const auto& p : plan.pieces) {
-    if (p.from == me && p.to == me) {
-      backend::copy_box(s, in.data, in.region_of(p.region), out.data, out.region_of(p.region), p.region.extent);
-    }
+    if (p.from == me && p.to == me) copy(in.data, in.region_of(p.region), out.region_of(p.region), p.region.extent);
   }
 
-  // Incoming, in the senders' order; unstaged when contiguous, as above.
+  // Incoming, in the senders' order: from the lender's slice, or unstaged
+  // when contiguous, as above.
   for (const auto& [peer, pieces] : to_receive) {
+    if (by_loan(total(pieces))) {
+      if constexpr (std::is_same_v<Space, host_space>) {
+        const auto [theirs, hold] = dev.borrow_labelled<T>(
+            what, peer, static_cast<std::size_t>(pieces[0]->source.elements()), static_cast<std::size_t>(total(pieces)));
+        const local_slice<const T, Rank> from{theirs.data(), pieces[0]->source};
+        for (auto* p : pieces) copy(from.data, from.region_of(p->region), out.region_of(p->region), p->region.extent);
+      }
+      continue;
+    }
     if (std::int64_t at = pieces.size() == 1 ? out.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
       dev.recv_labelled(what, peer, backend::span_of(s, out.data + at, pieces[0]->region.elements()));
       continue;
@@ -105,7 +166,7 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
     dev.recv_labelled(what, peer, backend::span_of(s, message.data(), message.size()));
     const T* at = message.data();
     for (auto* p : pieces) {
-      backend::copy_box(s, at, packed(p->region), out.data, out.region_of(p->region), p->region.extent);
+      copy(at, packed(p->region), out.region_of(p->region), p->region.extent);
       at += p->region.elements();
     }
   }
@@ -142,7 +203,8 @@ tensor<T, S, NewLayout, M2> transfer_as(const std::string& what, const tensor<T,
   using out_t = tensor<T, S, NewLayout, M2>;
   constexpr std::size_t rank = S::rank;
   try {
-    out_t out(to, x.shape());
+    // Uninitialised: the plan's pieces tile every target slice (transfer_plan.hpp).
+    out_t out(to, x.shape(), uninitialized);
     const int me = x.device();
     if (!x.mesh().contains(me) && !to.contains(me)) return with_gradient(std::move(out), x, what);
     const auto plan = make_transfer_plan<rank>(x.shape().sizes(),

@@ -5,7 +5,8 @@
 // Each device of mesh B needs its target slice. The source slices cut that
 // slice into cells (one per source block it overlaps); a cell the device
 // already holds is copied locally, every other cell comes from exactly one
-// device that holds it. So a device receives only the elements it lacks, and
+// device that holds it. The cells tile the target slice: every element of it
+// is written by exactly one piece, so the target needs no initial values. So a device receives only the elements it lacks, and
 // each of those once: the minimum traffic. When several source devices hold a
 // cell (replicas along axes that split nothing), the destinations take turns
 // among them, so the replicas share the sending.
@@ -77,6 +78,7 @@ struct transfer_piece {
   int from;          // device that sends (== to: a local copy)
   int to;            // device that receives
   box<Rank> region;  // in the tensor's global index space
+  box<Rank> source;  // the sender's whole source slice, which holds region
 };
 
 template <std::size_t Rank>
@@ -135,7 +137,7 @@ transfer_plan<Rank> make_transfer_plan(const std::array<std::int64_t, Rank>& sha
       // Cell c, row-major over the overlapped blocks.
       std::array<std::int64_t, Rank> j{};
       for (std::int64_t rest = c, i = Rank; i-- > 0;) j[i] = first[i] + rest % count[i], rest /= count[i];
-      transfer_piece<Rank> piece{-1, dst, {}};
+      transfer_piece<Rank> piece{-1, dst, {}, {}};
       std::vector<int> src(a.sizes.size(), 0);
       bool held_here = mine.has_value();
       for (std::size_t i = 0; i < Rank; ++i) {
@@ -151,6 +153,7 @@ transfer_plan<Rank> make_transfer_plan(const std::array<std::int64_t, Rank>& sha
       }
       if (held_here) {
         piece.from = dst;
+        src = *mine;
       } else {
         // On the replica axes: the replica whose turn it is.
         for (int r = static_cast<int>(q % replicas), k = static_cast<int>(replica_axes.size()); k-- > 0;) {
@@ -159,6 +162,7 @@ transfer_plan<Rank> make_transfer_plan(const std::array<std::int64_t, Rank>& sha
         }
         piece.from = a.device_at(src);
       }
+      piece.source = a.slice_at(shape, src);
       plan.pieces.push_back(piece);
     }
   }

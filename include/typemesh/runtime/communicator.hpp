@@ -12,6 +12,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <memory>
 #include <string_view>
 
 #include "typemesh/core/group.hpp"
@@ -46,6 +47,33 @@ concept communicator = requires(C& c, const group& g, const void* in, void* out,
   c.send(peer, in, count, type, tag);                // buffered: returns once copied out
   c.recv(peer, out, count, type, tag);               // blocks until the message arrives
   c.barrier(g);
+};
+
+// A buffer another device lent (or the bytes of a message it sent): valid
+// while `hold` or a copy of it lives; letting the last go gives it back.
+struct borrowed {
+  const void* data = nullptr;
+  std::size_t count = 0;
+  dtype type{};
+  std::shared_ptr<const void> hold;
+};
+
+// Optional: a communicator whose devices share memory (host threads) lends
+// a buffer instead of copying it into a message. lend posts the loan in the
+// place of a send (same peer, tag and order); the receiver's borrow takes it
+// as it would take a message and reads the lender's memory directly. settle
+// returns once no loan of this device is read any more: it waits for its
+// borrowers, and a loan not taken after a short while (its borrower is busy
+// elsewhere, has failed or finished) is copied out into a message, so lending
+// never blocks the lender for longer than a buffered send would, and never
+// deadlocks. Between lend and settle the buffer must not change. Others
+// (MPI, NCCL) keep send and recv.
+template <class C>
+concept lending_communicator = communicator<C> && requires(C& c, const void* in, std::size_t count, dtype type,
+                                                           int peer, int tag) {
+  c.lend(peer, in, count, type, tag);
+  { c.borrow(peer, count, type, tag) } -> std::same_as<borrowed>;
+  { c.settle() } noexcept;
 };
 
 }  // namespace typemesh

@@ -192,6 +192,40 @@ class device {
     recv_labelled_in(host_space{}, what, from, data.data(), data.size());
   }
 
+  // Whether this device's communicator lends host memory in the place of a
+  // labelled message (host threads; see lending_communicator). Then a
+  // transfer's receivers read its pieces straight from the sender's slice.
+  bool lends() const { return impl_->lends(); }
+
+  // Host memory read elsewhere as it is, in the place of a labelled message:
+  // lend_labelled lends `data` as the message of the operation `what` to
+  // device `to`, which reads `moved` elements of it (what the traffic counts
+  // and the label says); borrow_labelled takes it, with the same checks as
+  // recv_labelled, and gives it back when the result and its copies go.
+  // `data` must not change until settle_loans, which every lend needs.
+  // Only where lends().
+  template <class T>
+  void lend_labelled(std::string_view what, int to, std::span<const T> data, std::size_t moved) {
+    check_type<T>();
+    peer("send to", to);
+    send_label(what, to, moved, dtype_of<T>);
+    count(op_kind::send, moved * sizeof(T), 0);
+    impl_->lend(to, data.data(), data.size(), dtype_of<T>, detail::labelled_tag);
+  }
+  template <class T>
+  std::pair<std::span<const T>, std::shared_ptr<const void>> borrow_labelled(std::string_view what, int from,
+                                                                            std::size_t size, std::size_t moved) {
+    check_type<T>();
+    peer("recv from", from);
+    receive_label<T>(what, from, moved);
+    count(op_kind::recv, 0, moved * sizeof(T));
+    borrowed b = impl_->borrow(from, size, dtype_of<T>, detail::labelled_tag);
+    return {std::span<const T>(static_cast<const T*>(b.data), b.count), std::move(b.hold)};
+  }
+  // Returns once nothing this device lent is read any more (a loan not yet
+  // taken is copied out). Never fails.
+  void settle_loans() noexcept { impl_->settle(); }
+
 #if defined(TYPEMESH_CUDA)
   // The same calls on GPU memory (a cuda_mesh tensor's elements). A
   // communicator of host memory (host threads, MPI) gets them staged through
@@ -260,28 +294,20 @@ class device {
     in_communicator_memory<Space, T>(s, nullptr, 0, data, n, [&](const T*, T* d) { impl_->recv(from, d, n, dtype_of<T>, tag); });
   }
 
-  template <class Space, class T>
-  void send_labelled_in(Space s, std::string_view what, int to, const T* data, std::size_t n) {
-    using E = std::remove_cv_t<T>;
-    check_type<E>();
-    peer("send to", to);
-    detail::message_label label{detail::message_label::identity_of(what), labelled_sent_[to], n, dtype_of<E>,
-                                std::string(what)};
+  // The label ahead of a labelled message of n elements of type t.
+  void send_label(std::string_view what, int to, std::size_t n, dtype t) {
+    detail::message_label label{detail::message_label::identity_of(what), labelled_sent_[to], n, t, std::string(what)};
     const auto bytes = label.encode();
     in_communicator_memory<host_space, std::uint8_t>({}, bytes.data(), bytes.size(), nullptr, 0, [&](const std::uint8_t* b, std::uint8_t*) {
       impl_->send(to, b, bytes.size(), dtype::u8, detail::labelled_tag);
     });
     ++labelled_sent_[to];
-    count(op_kind::send, n * sizeof(E), 0);
-    in_communicator_memory<Space, E>(s, data, n, nullptr, 0, [&](const E* d, E*) {
-      impl_->send(to, d, n, dtype_of<E>, detail::labelled_tag);
-    });
   }
 
-  template <class Space, class T>
-  void recv_labelled_in(Space s, std::string_view what, int from, T* data, std::size_t n) {
-    check_type<T>();
-    peer("recv from", from);
+  // Takes the label ahead of a labelled message and checks that it belongs
+  // to `what`, comes in order and announces n elements of T.
+  template <class T>
+  void receive_label(std::string_view what, int from, std::size_t n) {
     std::array<std::uint8_t, detail::message_label::bytes> bytes;
     in_communicator_memory<host_space, std::uint8_t>({}, nullptr, 0, bytes.data(), bytes.size(), [&](const std::uint8_t*, std::uint8_t* b) {
       impl_->recv(from, b, bytes.size(), dtype::u8, detail::labelled_tag);
@@ -299,6 +325,25 @@ class device {
                                          " from device ", from, ", but device ", from, " sent ", label.count, " ",
                                          name_of(label.type)));
     }
+  }
+
+  template <class Space, class T>
+  void send_labelled_in(Space s, std::string_view what, int to, const T* data, std::size_t n) {
+    using E = std::remove_cv_t<T>;
+    check_type<E>();
+    peer("send to", to);
+    send_label(what, to, n, dtype_of<E>);
+    count(op_kind::send, n * sizeof(E), 0);
+    in_communicator_memory<Space, E>(s, data, n, nullptr, 0, [&](const E* d, E*) {
+      impl_->send(to, d, n, dtype_of<E>, detail::labelled_tag);
+    });
+  }
+
+  template <class Space, class T>
+  void recv_labelled_in(Space s, std::string_view what, int from, T* data, std::size_t n) {
+    check_type<T>();
+    peer("recv from", from);
+    receive_label<T>(what, from, n);
     count(op_kind::recv, 0, n * sizeof(T));
     in_communicator_memory<Space, T>(s, nullptr, 0, data, n, [&](const T*, T* d) {
       impl_->recv(from, d, n, dtype_of<T>, detail::labelled_tag);
@@ -364,6 +409,10 @@ class device {
     virtual void send(int, const void*, std::size_t, dtype, int) = 0;
     virtual void recv(int, void*, std::size_t, dtype, int) = 0;
     virtual void barrier(const group&) = 0;
+    virtual bool lends() const = 0;
+    virtual void lend(int, const void*, std::size_t, dtype, int) = 0;
+    virtual borrowed borrow(int, std::size_t, dtype, int) = 0;
+    virtual void settle() noexcept = 0;
   };
 
   template <class C>
@@ -396,6 +445,22 @@ class device {
     void send(int to, const void* in, std::size_t n, dtype t, int tag) override { c.send(to, in, n, t, tag); }
     void recv(int from, void* out, std::size_t n, dtype t, int tag) override { c.recv(from, out, n, t, tag); }
     void barrier(const group& g) override { c.barrier(g); }
+    bool lends() const override { return lending_communicator<C>; }
+    void lend(int to, const void* in, std::size_t n, dtype t, int tag) override {
+      if constexpr (lending_communicator<C>) c.lend(to, in, n, t, tag);
+      else not_lending();
+    }
+    borrowed borrow(int from, std::size_t n, dtype t, int tag) override {
+      if constexpr (lending_communicator<C>) return c.borrow(from, n, t, tag);
+      else not_lending();
+    }
+    void settle() noexcept override {
+      if constexpr (lending_communicator<C>) c.settle();
+    }
+    [[noreturn]] void not_lending() const {
+      throw device_error(detail::cat("device ", c.device(), ": its communicator does not lend memory; ",
+                                     "send and recv instead"));
+    }
     C c;
   };
 

@@ -3,7 +3,15 @@
 // buffers and then reads the parts it needs from its peers' memory, which is
 // exactly the traffic the device counts (a reduce-scatter then an allgather
 // for allreduce). Reductions run in member order, so every member gets
-// bit-identical results.
+// bit-identical results. A collective of small inputs (small_bytes) copies
+// them into the rendezvous instead and meets once: on a busy machine the
+// wake-ups of a meeting cost more than copying a few KiB.
+//
+// Point-to-point messages are buffered in a mailbox per (sender, receiver,
+// tag). A device may also lend a buffer in the place of a message (a
+// transfer's source slice): the receiver reads the lender's memory, and the
+// lender's settle returns once that is done, or copies the buffer out into
+// the message when its receiver does not take it soon.
 //
 // Nothing waits forever: a wait gives up after the world's timeout with an
 // error naming the collective, the group and the devices that never came, and
@@ -19,6 +27,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -28,6 +37,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -89,9 +100,17 @@ class host_world {
     }
   };
 
+  // A collective whose input is at most this many bytes per member meets
+  // once: each member copies its input into the meeting place as it arrives
+  // and reads its peers' copies after it, so no member waits for the others
+  // to finish reading. On 8 threads of 2 cores, each meeting costs tens of
+  // microseconds of wake-ups: more than copying a few KiB.
+  static constexpr std::size_t small_bytes = 4096;
+
   // The meeting place of one group.
   struct rendezvous {
-    explicit rendezvous(std::size_t members) : arrived(members, 0), reading(members, 0), calls(members) {}
+    explicit rendezvous(std::size_t members)
+        : arrived(members, 0), reading(members, 0), calls{std::vector<call>(members), std::vector<call>(members)} {}
     std::mutex m;
     std::condition_variable cv;
     int waiting = 0;
@@ -104,7 +123,12 @@ class host_world {
     // Set when a member gave up: no meeting of the group completes after it.
     std::string broken;
     bool broken_by_timeout = false;
-    std::vector<call> calls;
+    // Per parity of the meeting (generation % 2) a member publishes at: its
+    // call, and a small collective's input (small_bytes a member). Both stay
+    // until the meeting after next, which no member reaches before every
+    // member has left the first.
+    std::array<std::vector<call>, 2> calls;
+    std::array<std::vector<std::byte>, 2> small;
   };
 
   rendezvous& rendezvous_for(const group& g) {
@@ -114,12 +138,13 @@ class host_world {
     return *r;
   }
 
-  // Publishes this member's call (when given) and waits until every member of
-  // g has arrived. `what` names the collective. After a meeting that is not
-  // `closing`, every member may read its peers' published buffers until its
-  // next arrival.
-  void arrive_and_wait(rendezvous& r, const group& g, int member, int device, std::string_view what, bool closing,
-                       const call* publish = nullptr) {
+  // Publishes this member's call and small input (when given) and waits
+  // until every member of g has arrived; returns the meeting's generation.
+  // `what` names the collective. After a meeting that is not `closing`,
+  // every member may read its peers' published buffers until its next
+  // arrival.
+  std::uint64_t arrive_and_wait(rendezvous& r, const group& g, int member, int device, std::string_view what,
+                                bool closing, const call* publish = nullptr, std::span<const std::byte> small = {}) {
     std::unique_lock lk(r.m);
     stop_reading(r, member);
     auto where = [&] { return detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, ")"); };
@@ -128,8 +153,13 @@ class host_world {
       withdraw(lk, r, "stopped because another device failed", false);
       throw_aborted(device, where());
     }
-    if (publish) r.calls[member] = *publish;
     const std::uint64_t gen = r.generation;
+    if (publish) r.calls[gen % 2][member] = *publish;
+    if (!small.empty()) {
+      auto& slots = r.small[gen % 2];
+      if (slots.empty()) slots.resize(static_cast<std::size_t>(g.size()) * small_bytes);
+      std::memcpy(slots.data() + member * small_bytes, small.data(), small.size());
+    }
     r.arrived[member] = gen + 1;
     if (++r.waiting == g.size()) {
       r.waiting = 0;
@@ -140,7 +170,7 @@ class host_world {
       }
       lk.unlock();  // waiters re-check the generation under the lock; waking them unlocked saves a second wake-up
       r.cv.notify_all();
-      return;
+      return gen;
     }
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     while (r.generation == gen) {
@@ -169,6 +199,7 @@ class host_world {
       }
       r.cv.wait_until(lk, std::min(deadline, now + poll_interval));
     }
+    return gen;
   }
 
   // A member leaves a collective it will not finish (it is unwinding): no
@@ -218,12 +249,30 @@ class host_world {
   }
 
  public:
+  // A buffer lent in the place of a message: the receiver reads the
+  // lender's memory, or, once the lender has detached it, a copy.
+  struct loan {
+    enum class state {
+      lent,       // in the mailbox, untaken
+      reading,    // taken: the borrower reads the lender's memory
+      returned,   // read
+      detaching,  // the lender copies it out
+      detached,   // the borrower reads `owned`
+    };
+    state now = state::lent;
+    const std::byte* data = nullptr;  // the lender's memory, or owned's once detached
+    std::size_t size = 0;
+    std::unique_ptr<std::byte[]> owned;
+    int to = 0, tag = 0;
+  };
+
   // Point-to-point messages, buffered at the receiver.
   struct message {
     dtype type{};
     std::size_t count = 0;
     std::unique_ptr<std::byte[]> bytes;  // uninitialised until the copy in
     std::size_t size = 0;
+    std::shared_ptr<loan> lent;  // instead of bytes: a loan
   };
 
   void post(int from, int to, int tag, message msg) {
@@ -232,6 +281,8 @@ class host_world {
     mail_cv_.notify_all();
   }
 
+  // The next message from `from`. A loan comes out being read (see loan):
+  // the taker calls finished_reading once it is done with it.
   message take(int from, int to, int tag) {
     std::unique_lock lk(mail_mutex_);
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
@@ -242,6 +293,12 @@ class host_world {
       if (it != mail_.end() && !it->second.empty()) {
         message msg = std::move(it->second.front());
         it->second.pop_front();
+        if (msg.lent) {
+          // A loan being copied out is ready after that copy, which waits for nothing.
+          mail_cv_.wait(lk, [&] { return msg.lent->now != loan::state::detaching; });
+          if (msg.lent->now == loan::state::returned) continue;  // taken back: as if never sent
+          if (msg.lent->now == loan::state::lent) msg.lent->now = loan::state::reading;
+        }
         return msg;
       }
       if (aborted()) {
@@ -258,6 +315,40 @@ class host_world {
       }
       mail_cv_.wait_until(lk, std::min(deadline, now + poll_interval));
     }
+  }
+
+  // The borrower of a loan is done reading it.
+  void finished_reading(loan& l) noexcept {
+    {
+      std::lock_guard lk(mail_mutex_);
+      if (l.now != loan::state::reading) return;  // detached: the lender has gone on
+      l.now = loan::state::returned;
+    }
+    mail_cv_.notify_all();
+  }
+
+  // Returns once device `from` may change or free the memory of its loans:
+  // each is read, or copied out into its message. A loan is copied out when
+  // its borrower has not taken it within loan_grace (it is busy elsewhere),
+  // has finished the program or the run is failing; one being read is
+  // waited for, since reading waits for nothing.
+  void settle(int from, std::vector<std::shared_ptr<loan>>& loans) noexcept {
+    if (loans.empty()) return;
+    std::unique_lock lk(mail_mutex_);
+    const auto deadline = std::chrono::steady_clock::now() + loan_grace;
+    for (auto& l : loans) {
+      for (;;) {
+        if (l->now == loan::state::returned || l->now == loan::state::detached) break;
+        if (l->now == loan::state::lent &&
+            (aborted() || finished(l->to) || std::chrono::steady_clock::now() >= deadline)) {
+          detach(lk, from, *l);
+          break;
+        }
+        if (l->now == loan::state::reading) mail_cv_.wait(lk);
+        else mail_cv_.wait_until(lk, std::min(deadline, std::chrono::steady_clock::now() + poll_interval));
+      }
+    }
+    loans.clear();
   }
 
   // The messages nobody received, one line each (at most `limit`), once
@@ -290,7 +381,33 @@ class host_world {
   }
 
  private:
+  // Copies an untaken loan out (the lender is about to change or free its
+  // memory). Without memory for the copy, it is taken back from the mailbox
+  // instead: its receiver then fails as if it had never been sent.
+  void detach(std::unique_lock<std::mutex>& lk, int from, loan& l) noexcept {
+    l.now = loan::state::detaching;
+    lk.unlock();
+    std::unique_ptr<std::byte[]> copy(new (std::nothrow) std::byte[std::max<std::size_t>(l.size, 1)]);
+    if (copy && l.size) std::memcpy(copy.get(), l.data, l.size);
+    lk.lock();
+    if (copy) {
+      l.owned = std::move(copy);
+      l.data = l.owned.get();
+      l.now = loan::state::detached;
+    } else {
+      auto& queue = mail_[{from, l.to, l.tag}];
+      std::erase_if(queue, [&](const message& m) { return m.lent.get() == &l; });
+      l.data = nullptr;
+      l.now = loan::state::returned;  // a taker waiting for the copy skips it
+    }
+    mail_cv_.notify_all();
+  }
+
   static constexpr std::chrono::milliseconds poll_interval{20};
+  // How long a lender waits for a borrower to take its loan before copying
+  // it out: ample for devices running the same program, short enough that a
+  // program whose receiver is busy elsewhere loses little.
+  static constexpr std::chrono::milliseconds loan_grace{50};
 
   int size_;
   std::chrono::milliseconds timeout_;
@@ -321,18 +438,25 @@ class host_communicator {
 
   void allreduce(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
     with_dtype(t, [&]<class T>() {
+      const host_world::call c{op_kind::allreduce, n, t, op, 0, in, out};
+      if (small(n * sizeof(T))) {
+        // Every member reduces the whole, in member order: the same bits.
+        session s(*this, g, c, true, bytes_of(in, n * sizeof(T)));
+        detail::reduce_in_member_order<T>(static_cast<T*>(out), s.inputs<T>(), 0, n, op);
+        return;
+      }
       const std::size_t gs = g.size();
       auto chunk_begin = [&](std::size_t m) { return m * n / gs; };
       const std::size_t me = g.index_of(device_), b = chunk_begin(me), e = chunk_begin(me + 1);
       std::vector<T> mine(e - b);  // outlives the session: peers read it until the closing meeting
-      session s(*this, g, {op_kind::allreduce, n, t, op, 0, in, out});
+      session s(*this, g, c);
       // Phase 1: reduce this member's chunk from every member's input.
       detail::reduce_in_member_order<T>(mine.data(), s.inputs<T>(), b, e - b, op);
       s.publish_scratch(mine.data());
       s.wait("allreduce");
       // Phase 2: gather the reduced chunks.
       for (std::size_t j = 0; j < gs; ++j) {
-        const T* src = static_cast<const T*>(s.r.calls[j].out);
+        const T* src = static_cast<const T*>(s.calls()[j].out);
         const std::size_t count = chunk_begin(j + 1) - chunk_begin(j);
         if (count) std::memcpy(static_cast<T*>(out) + chunk_begin(j), src, count * sizeof(T));  // empty chunks may be null
       }
@@ -340,102 +464,157 @@ class host_communicator {
   }
 
   void allgather(const group& g, const void* in, void* out, std::size_t n, dtype t) {
-    session s(*this, g, {op_kind::allgather, n, t, {}, 0, in, out});
     const std::size_t bytes = n * size_of(t);
+    session s(*this, g, {op_kind::allgather, n, t, {}, 0, in, out}, small(bytes), bytes_of(in, bytes));
     for (int j = 0; j < g.size() && bytes; ++j)  // empty buffers may be null: no memcpy at all
-      std::memcpy(static_cast<std::byte*>(out) + j * bytes, s.r.calls[j].in, bytes);
+      std::memcpy(static_cast<std::byte*>(out) + j * bytes, s.input(j), bytes);
   }
 
   void reduce_scatter(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
     with_dtype(t, [&]<class T>() {
-      session s(*this, g, {op_kind::reduce_scatter, n, t, op, 0, in, out});
+      const std::size_t bytes = g.size() * n * sizeof(T);
+      session s(*this, g, {op_kind::reduce_scatter, n, t, op, 0, in, out}, small(bytes), bytes_of(in, bytes));
       detail::reduce_in_member_order<T>(static_cast<T*>(out), s.inputs<T>(), s.member * n, n, op);
     });
   }
 
   void alltoall(const group& g, const void* in, void* out, std::size_t n, dtype t) {
-    session s(*this, g, {op_kind::alltoall, n, t, {}, 0, in, out});
     const std::size_t bytes = n * size_of(t);
+    session s(*this, g, {op_kind::alltoall, n, t, {}, 0, in, out}, small(g.size() * bytes),
+              bytes_of(in, g.size() * bytes));
     for (int j = 0; j < g.size() && bytes; ++j) {  // empty buffers may be null: no memcpy at all
-      std::memcpy(static_cast<std::byte*>(out) + j * bytes,
-                  static_cast<const std::byte*>(s.r.calls[j].in) + s.member * bytes, bytes);
+      std::memcpy(static_cast<std::byte*>(out) + j * bytes, s.input(j) + s.member * bytes, bytes);
     }
   }
 
   void broadcast(const group& g, void* buffer, std::size_t n, dtype t, int root) {
-    session s(*this, g, {op_kind::broadcast, n, t, {}, root, buffer, buffer});
-    if (s.member != root && n) std::memcpy(buffer, s.r.calls[root].in, n * size_of(t));
+    const std::size_t bytes = n * size_of(t);
+    const bool is_root = g.index_of(device_) == root;  // only the root's input is read
+    session s(*this, g, {op_kind::broadcast, n, t, {}, root, buffer, buffer}, small(bytes),
+              is_root ? bytes_of(buffer, bytes) : std::span<const std::byte>{});
+    if (!is_root && bytes) std::memcpy(buffer, s.input(root), bytes);
   }
 
   void send(int to, const void* in, std::size_t n, dtype t, int tag) {
-    host_world::message msg{t, n, std::make_unique_for_overwrite<std::byte[]>(n * size_of(t)), n * size_of(t)};
+    host_world::message msg{t, n, std::make_unique_for_overwrite<std::byte[]>(n * size_of(t)), n * size_of(t), nullptr};
     if (msg.size) std::memcpy(msg.bytes.get(), in, msg.size);
     world_->post(device_, to, tag, std::move(msg));
   }
 
   void recv(int from, void* out, std::size_t n, dtype t, int tag) {
-    host_world::message msg = world_->take(from, device_, tag);
-    if (msg.type != t || msg.count != n) {
-      throw collective_error(detail::cat("device ", device_, " expects ", n, " ", name_of(t), " from device ", from,
-                                         " (", detail::describe_tag(tag), "), but the message holds ", msg.count, " ",
-                                         name_of(msg.type)));
-    }
-    if (msg.size) std::memcpy(out, msg.bytes.get(), msg.size);
+    borrowed b = borrow(from, n, t, tag);
+    if (n) std::memcpy(out, b.data, n * size_of(t));
   }
 
-  void barrier(const group& g) { session s(*this, g, {op_kind::barrier, 0, dtype::u8, {}, 0, nullptr, nullptr}); }
+  // Lends [in, in + n) to device `to` in the place of a message; see
+  // lending_communicator.
+  void lend(int to, const void* in, std::size_t n, dtype t, int tag) {
+    auto l = std::make_shared<host_world::loan>();
+    l->data = static_cast<const std::byte*>(in);
+    l->size = n * size_of(t);
+    l->to = to;
+    l->tag = tag;
+    lent_.push_back(l);
+    world_->post(device_, to, tag, {t, n, nullptr, l->size, l});
+  }
+
+  // The next message from `from`, lent or sent, to read in place.
+  borrowed borrow(int from, std::size_t n, dtype t, int tag) {
+    auto msg = std::make_shared<host_world::message>(world_->take(from, device_, tag));
+    borrowed b{msg->lent ? msg->lent->data : msg->bytes.get(), msg->count, msg->type, nullptr};
+    if (msg->lent) {
+      // Giving the loan back is the last owner's deleter.
+      b.hold = std::shared_ptr<const void>(msg->lent.get(), [world = world_, l = msg->lent](const void*) {
+        world->finished_reading(*l);
+      });
+    } else {
+      b.hold = std::shared_ptr<const void>(msg, msg->bytes.get());
+    }
+    if (msg->type != t || msg->count != n) {
+      throw collective_error(detail::cat("device ", device_, " expects ", n, " ", name_of(t), " from device ", from,
+                                         " (", detail::describe_tag(tag), "), but the message holds ", msg->count, " ",
+                                         name_of(msg->type)));
+    }
+    return b;
+  }
+
+  // Returns once none of this device's loans is read any more.
+  void settle() noexcept { world_->settle(device_, lent_); }
+
+  void barrier(const group& g) { session s(*this, g, {op_kind::barrier, 0, dtype::u8, {}, 0, nullptr, nullptr}, true); }
 
  private:
+  static bool small(std::size_t bytes) { return bytes <= host_world::small_bytes; }
+  static std::span<const std::byte> bytes_of(const void* p, std::size_t bytes) {
+    return {static_cast<const std::byte*>(p), bytes};
+  }
+
   // One collective from this member's side: publish, meet, check that every
   // member called the same thing, and on leaving wait until no peer reads
   // this member's buffers any more: at the closing meeting, or (when an
-  // error unwinds it) by withdrawing from the group's meeting.
+  // error unwinds it) by withdrawing from the group's meeting. A small one
+  // (host_world::small_bytes) publishes a copy of its input instead, which
+  // its peers read from the meeting place: one meeting, no closing one.
   struct session {
-    session(host_communicator& c, const group& grp, host_world::call mine)
-        : comm(c), g(grp), r(c.world_->rendezvous_for(grp)), member(grp.index_of(c.device_)), kind(mine.kind) {
-      comm.world_->arrive_and_wait(r, g, member, comm.device_, name_of(kind), false, &mine);
+    session(host_communicator& c, const group& grp, host_world::call mine, bool small_input = false,
+            std::span<const std::byte> input = {})
+        : comm(c), g(grp), r(c.world_->rendezvous_for(grp)), member(grp.index_of(c.device_)), kind(mine.kind),
+          small(small_input) {
+      parity = comm.world_->arrive_and_wait(r, g, member, comm.device_, name_of(kind), small, &mine,
+                                            small ? input : std::span<const std::byte>{}) % 2;
       for (int j = 0; j < g.size(); ++j) {
-        if (!(r.calls[j] == mine)) {
+        if (!(calls()[j] == mine)) {
           comm.world_->leave(r, member, comm.device_, name_of(kind));  // no destructor runs for a failed constructor
           mismatch();
         }
       }
     }
     ~session() noexcept(false) {
-      if (std::uncaught_exceptions() == exceptions_at_start) {
-        comm.world_->arrive_and_wait(r, g, member, comm.device_, name_of(kind), true);
-      } else {
+      if (std::uncaught_exceptions() != exceptions_at_start) {
         comm.world_->leave(r, member, comm.device_, name_of(kind));
+      } else if (!small) {
+        comm.world_->arrive_and_wait(r, g, member, comm.device_, name_of(kind), true);
       }
     }
     session(const session&) = delete;
     session& operator=(const session&) = delete;
 
+    // The calls published at this collective's (first) meeting.
+    const std::vector<host_world::call>& calls() const { return r.calls[parity]; }
+
     void wait(std::string_view what) { comm.world_->arrive_and_wait(r, g, member, comm.device_, what, false); }
 
     void publish_scratch(void* p) {
       std::lock_guard lk(r.m);
-      r.calls[member].out = p;
+      r.calls[parity][member].out = p;
+    }
+
+    // Member j's input: its buffer, or the copy it published (none when
+    // every input is empty).
+    const std::byte* input(int j) const {
+      if (!small) return static_cast<const std::byte*>(calls()[j].in);
+      const auto& slots = r.small[parity];
+      return slots.empty() ? nullptr : slots.data() + j * host_world::small_bytes;
     }
 
     template <class T>
     std::vector<const T*> inputs() const {
       std::vector<const T*> v(g.size());
-      for (int j = 0; j < g.size(); ++j) v[j] = static_cast<const T*>(r.calls[j].in);
+      for (int j = 0; j < g.size(); ++j) v[j] = reinterpret_cast<const T*>(input(j));
       return v;
     }
 
     [[noreturn]] void mismatch() const {
-      std::string calls;
+      std::string text;
       for (int j = 0; j < g.size(); ++j) {
-        const auto& c = r.calls[j];
-        calls += detail::cat(j ? "; " : "", "device ", g.devices[j], " calls ", name_of(c.kind), " of ", c.count, " ",
+        const auto& c = calls()[j];
+        text += detail::cat(j ? "; " : "", "device ", g.devices[j], " calls ", name_of(c.kind), " of ", c.count, " ",
                              name_of(c.type));
-        if (c.kind == op_kind::allreduce || c.kind == op_kind::reduce_scatter) calls += detail::cat(" (", name_of(c.op), ")");
-        if (c.kind == op_kind::broadcast) calls += detail::cat(" from member ", c.root);
+        if (c.kind == op_kind::allreduce || c.kind == op_kind::reduce_scatter) text += detail::cat(" (", name_of(c.op), ")");
+        if (c.kind == op_kind::broadcast) text += detail::cat(" from member ", c.root);
       }
       throw collective_error(detail::cat("the members of group ", detail::list(g.devices), " (", g.label,
-                                         ") disagree on the collective: ", calls));
+                                         ") disagree on the collective: ", text));
     }
 
     host_communicator& comm;
@@ -443,13 +622,17 @@ class host_communicator {
     host_world::rendezvous& r;
     int member;
     op_kind kind;
+    bool small;
+    std::size_t parity = 0;
     int exceptions_at_start = std::uncaught_exceptions();
   };
 
   host_world* world_;
   int device_;
+  std::vector<std::shared_ptr<host_world::loan>> lent_;  // not yet settled
 };
 
 static_assert(communicator<host_communicator>);
+static_assert(lending_communicator<host_communicator>);
 
 }  // namespace typemesh

@@ -77,6 +77,17 @@ using split_layout = std::conditional_t<S::template has<D> && M::template has<A>
                                             !L::template uses<A>,
                                         typename L::template with<D, A>, L>;
 
+// Whether the equal blocks along dim d of a dense array of `extent` are
+// consecutive runs of it (every dim before d has extent 1): then the array
+// is already its own packed form, and a collective reads or writes it as
+// it is.
+template <std::size_t Rank>
+bool blocks_are_runs(const std::array<std::int64_t, Rank>& extent, std::size_t d) {
+  for (std::size_t i = 0; i < d; ++i)
+    if (extent[i] != 1) return false;
+  return true;
+}
+
 // Copies `parts` equal blocks of `src` along dim `d` into consecutive blocks
 // of `dst` (block j = range j of dim d), or back when `unpack`.
 template <class Space, class T, std::size_t Rank>
@@ -119,14 +130,19 @@ allconcat_t<D, T, S, L, M> allconcat(const tensor<T, S, L, M>& x) {
   if constexpr (!collectives_detail::allconcat_ok<D, tensor<T, S, L, M>>()) {
     return diagnostic::after_failure<out_t>();
   } else {
-    out_t out(x.mesh(), x.shape());
+    out_t out(x.mesh(), x.shape(), uninitialized);  // every element is gathered
     using A = typename L::template axis_of<D>;
     if (x.holds_data()) {
       group g = x.mesh().template group_along<A>(x.device());
-      backend::storage<T, space_of<M>> gathered(out.local().size());
-      this_device().allgather(g, x.local(), backend::view(gathered));
-      collectives_detail::blocks_along(x.space(), backend::view(gathered).data(), out.local().data(), out.local_extent(),
-                                       S::template index_of<D>, g.size(), /*unpack=*/true);
+      constexpr std::size_t d = S::template index_of<D>;
+      if (collectives_detail::blocks_are_runs(out.local_extent(), d)) {
+        this_device().allgather(g, x.local(), out.local());
+      } else {
+        backend::storage<T, space_of<M>> gathered(out.local().size());
+        this_device().allgather(g, x.local(), backend::view(gathered));
+        collectives_detail::blocks_along(x.space(), backend::view(gathered).data(), out.local().data(),
+                                         out.local_extent(), d, g.size(), /*unpack=*/true);
+      }
     }
     return out;
   }
@@ -139,7 +155,7 @@ allsplit_t<D, A, T, S, L, M> allsplit(const tensor<T, S, L, M>& x) {
   if constexpr (!collectives_detail::check_can_split<D, A, tensor<T, S, L, M>>()) {
     return diagnostic::after_failure<out_t>();
   } else {
-    out_t out(x.mesh(), x.shape());
+    out_t out(x.mesh(), x.shape(), uninitialized);  // every element is copied
     if (x.holds_data()) {
       constexpr std::size_t d = S::template index_of<D>;
       backend::region<S::rank> from{x.local_extent(), {}};
@@ -158,7 +174,7 @@ tensor<T, S, L, M> allreduce(const tensor<T, S, L, M>& x, reduce_op op = reduce_
   if constexpr (sizeof...(As) == 0 || !collectives_detail::allreduce_ok<in_t, As...>()) {
     return diagnostic::after_failure<in_t>();
   } else {
-    in_t out(x.mesh(), x.shape());
+    in_t out(x.mesh(), x.shape(), uninitialized);  // every element is reduced
     if (x.holds_data()) {
       group g = x.mesh().template group_along<As...>(x.device());
       this_device().allreduce(g, x.local(), out.local(), op);
@@ -174,13 +190,18 @@ allsplit_t<D, A, T, S, L, M> reduce_scatter(const tensor<T, S, L, M>& x, reduce_
   if constexpr (!collectives_detail::check_can_split<D, A, tensor<T, S, L, M>>()) {
     return diagnostic::after_failure<out_t>();
   } else {
-    out_t out(x.mesh(), x.shape());
+    out_t out(x.mesh(), x.shape(), uninitialized);  // every element is reduced
     if (x.holds_data()) {
       group g = x.mesh().template group_along<A>(x.device());
-      backend::storage<T, space_of<M>> packed(x.local().size());
-      collectives_detail::blocks_along(x.space(), x.local().data(), backend::view(packed).data(), x.local_extent(),
-                                       S::template index_of<D>, g.size(), /*unpack=*/false);
-      this_device().reduce_scatter(g, backend::view(std::as_const(packed)), out.local(), op);
+      constexpr std::size_t d = S::template index_of<D>;
+      if (collectives_detail::blocks_are_runs(x.local_extent(), d)) {
+        this_device().reduce_scatter(g, x.local(), out.local(), op);
+      } else {
+        backend::storage<T, space_of<M>> packed(x.local().size());
+        collectives_detail::blocks_along(x.space(), x.local().data(), backend::view(packed).data(), x.local_extent(),
+                                         d, g.size(), /*unpack=*/false);
+        this_device().reduce_scatter(g, backend::view(std::as_const(packed)), out.local(), op);
+      }
     }
     return out;
   }
@@ -194,15 +215,24 @@ alltoall_t<From, To, T, S, L, M> alltoall(const tensor<T, S, L, M>& x) {
     return diagnostic::after_failure<out_t>();
   } else {
     using A = typename L::template axis_of<From>;
-    out_t out(x.mesh(), x.shape());
+    out_t out(x.mesh(), x.shape(), uninitialized);  // every element is exchanged
     if (x.holds_data()) {
       group g = x.mesh().template group_along<A>(x.device());
-      backend::storage<T, space_of<M>> packed(x.local().size()), received(x.local().size());
-      collectives_detail::blocks_along(x.space(), x.local().data(), backend::view(packed).data(), x.local_extent(),
-                                       S::template index_of<To>, g.size(), /*unpack=*/false);
-      this_device().alltoall(g, backend::view(std::as_const(packed)), backend::view(received));
-      collectives_detail::blocks_along(x.space(), backend::view(received).data(), out.local().data(), out.local_extent(),
-                                       S::template index_of<From>, g.size(), /*unpack=*/true);
+      constexpr std::size_t to = S::template index_of<To>, from = S::template index_of<From>;
+      // Blocks that are runs of x or of out go without staging.
+      const bool pack = !collectives_detail::blocks_are_runs(x.local_extent(), to);
+      const bool unpack = !collectives_detail::blocks_are_runs(out.local_extent(), from);
+      backend::storage<T, space_of<M>> packed(pack ? x.local().size() : 0), received(unpack ? x.local().size() : 0);
+      if (pack) {
+        collectives_detail::blocks_along(x.space(), x.local().data(), backend::view(packed).data(), x.local_extent(), to,
+                                         g.size(), /*unpack=*/false);
+      }
+      this_device().alltoall(g, pack ? backend::view(std::as_const(packed)) : x.local(),
+                             unpack ? backend::view(received) : out.local());
+      if (unpack) {
+        collectives_detail::blocks_along(x.space(), backend::view(received).data(), out.local().data(),
+                                         out.local_extent(), from, g.size(), /*unpack=*/true);
+      }
     }
     return out;
   }
