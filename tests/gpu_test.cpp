@@ -232,7 +232,8 @@ struct lstm_sequence_case {  // two layers of three steps, each layer one operat
     for (auto& t : w) t.requires_grad("w");
     for (auto& s : states) s.h.requires_grad("h"), s.c.requires_grad("c");
     auto y = typemesh::lstm<seq>(x, w, states);
-    return finish(weighted_sum(y), x, w[0], w[1], states[0].h, states[0].c, states[1].h, states[1].c);
+    // In the order of `in` (h of both layers, then c), which the finite differences perturb.
+    return finish(weighted_sum(y), x, w[0], w[1], states[0].h, states[1].h, states[0].c, states[1].c);
   }
 };
 
