@@ -496,7 +496,8 @@ TEST(Lstm, AWeightDeclaredGateColumnsFirstGivesTheSameResults) {
       values looped;
       for (std::int64_t t = 0; t < steps; ++t) {
         state = typemesh::lstm_step(typemesh::time_step<time_>(x, t), state.h, state.c, w);
-        for (double v : typemesh::export_tensor(state.h).values()) looped.push_back(v);
+        const auto h = typemesh::export_tensor(state.h);  // kept: values() refers into it
+        looped.insert(looped.end(), h.values().begin(), h.values().end());
       }
       const auto g = typemesh::export_tensor(w.grad());
       values grad_kn(static_cast<std::size_t>(8 * u * u));
