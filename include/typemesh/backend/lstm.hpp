@@ -19,6 +19,32 @@ template <class T>
 TYPEMESH_KERNEL T sigmoid(T v) {
   return T{1} / (T{1} + std::exp(-v));
 }
+
+// The gates of one (row, unit), for both paths: q [4] holds the
+// pre-activations and receives the activations; cells [2] receives c and
+// tanh(c'); returns c' (h' is q[3] * cells[1]).
+template <class T>
+TYPEMESH_KERNEL T gates_forward(T* q, T c, T* cells) {
+  const T i = sigmoid(q[0]), f = sigmoid(q[1]), g = std::tanh(q[2]), o = sigmoid(q[3]);
+  const T c_new = f * c + i * g;
+  q[0] = i, q[1] = f, q[2] = g, q[3] = o;
+  cells[0] = c, cells[1] = std::tanh(c_new);
+  return c_new;
+}
+
+// The gate gradients dz [4] of one (row, unit) from d(h') and d(c') and what
+// the forward kept (q: activations, cells: c and tanh(c')); returns d(c).
+template <class T>
+TYPEMESH_KERNEL T gates_backward(const T* q, const T* cells, T dh, T dc_out, T* dz) {
+  const T i = q[0], f = q[1], g = q[2], o = q[3];
+  const T c = cells[0], tc = cells[1];
+  const T dc = dc_out + dh * o * (T{1} - tc * tc);
+  dz[0] = dc * g * i * (T{1} - i);
+  dz[1] = dc * c * f * (T{1} - f);
+  dz[2] = dc * i * (T{1} - g * g);
+  dz[3] = dh * tc * o * (T{1} - o);
+  return dc * f;
+}
 }  // namespace lstm_kernels
 
 // out[2r] = x[r], out[2r + 1] = h[r] for r in [0, n).
@@ -54,13 +80,8 @@ void lstm_cell_forward(Space s, T* z, const T* c_old, T* cells, T* state, std::i
       s, n,
       [=] TYPEMESH_KERNEL(std::int64_t r) {
         T* q = z + 4 * r;
-        const T i = lstm_kernels::sigmoid(q[0]), f = lstm_kernels::sigmoid(q[1]), g = std::tanh(q[2]),
-                og = lstm_kernels::sigmoid(q[3]);
-        const T c = c_old[r];
-        const T c_new = f * c + i * g, tc = std::tanh(c_new);
-        q[0] = i, q[1] = f, q[2] = g, q[3] = og;
-        cells[2 * r] = c, cells[2 * r + 1] = tc;
-        state[2 * r] = og * tc, state[2 * r + 1] = c_new;
+        const T c_new = lstm_kernels::gates_forward(q, c_old[r], cells + 2 * r);
+        state[2 * r] = q[3] * cells[2 * r + 1], state[2 * r + 1] = c_new;
       },
       grain_for(8));
 }
@@ -73,17 +94,9 @@ void lstm_gate_gradients(Space s, const T* gates, const T* cells, const T* dstat
   parallel_for(
       s, n,
       [=] TYPEMESH_KERNEL(std::int64_t r) {
-        const T* q = gates + 4 * r;
-        const T i = q[0], f = q[1], g = q[2], o = q[3];
-        const T c = cells[2 * r], tc = cells[2 * r + 1];
-        const T dh = dstate[2 * r];
-        const T dc = dstate[2 * r + 1] + dh * o * (T{1} - tc * tc);
-        T* z = dz + 4 * r;
-        z[0] = dc * g * i * (T{1} - i);
-        z[1] = dc * c * f * (T{1} - f);
-        z[2] = dc * i * (T{1} - g * g);
-        z[3] = dh * tc * o * (T{1} - o);
-        if (dc_prev) dc_prev[r] = dc * f;
+        const T dc = lstm_kernels::gates_backward(gates + 4 * r, cells + 2 * r, dstate[2 * r], dstate[2 * r + 1],
+                                                  dz + 4 * r);
+        if (dc_prev) dc_prev[r] = dc;
       },
       grain_for(8));
 }
@@ -98,14 +111,8 @@ void lstm_sequence_cell_forward(Space s, T* z, T* c, T* cells, T* h, std::int64_
       s, n,
       [=] TYPEMESH_KERNEL(std::int64_t r) {
         T* q = z + 4 * r;
-        const T i = lstm_kernels::sigmoid(q[0]), f = lstm_kernels::sigmoid(q[1]), g = std::tanh(q[2]),
-                og = lstm_kernels::sigmoid(q[3]);
-        const T c_old = c[r];
-        const T c_new = f * c_old + i * g, tc = std::tanh(c_new);
-        q[0] = i, q[1] = f, q[2] = g, q[3] = og;
-        cells[2 * r] = c_old, cells[2 * r + 1] = tc;
-        c[r] = c_new;
-        h[r] = og * tc;
+        c[r] = lstm_kernels::gates_forward(q, c[r], cells + 2 * r);
+        h[r] = q[3] * cells[2 * r + 1];
       },
       grain_for(8));
 }
@@ -119,17 +126,8 @@ void lstm_sequence_gate_gradients(Space s, const T* gates, const T* cells, const
   parallel_for(
       s, n,
       [=] TYPEMESH_KERNEL(std::int64_t r) {
-        const T* q = gates + 4 * r;
-        const T i = q[0], f = q[1], g = q[2], o = q[3];
-        const T c = cells[2 * r], tc = cells[2 * r + 1];
-        const T dh = dh_out[r] + dh_next[r];
-        const T dct = dc[r] + dh * o * (T{1} - tc * tc);
-        T* z = dz + 4 * r;
-        z[0] = dct * g * i * (T{1} - i);
-        z[1] = dct * c * f * (T{1} - f);
-        z[2] = dct * i * (T{1} - g * g);
-        z[3] = dh * tc * o * (T{1} - o);
-        dc[r] = dct * f;
+        dc[r] = lstm_kernels::gates_backward(gates + 4 * r, cells + 2 * r, dh_out[r] + dh_next[r], dc[r],
+                                             dz + 4 * r);
       },
       grain_for(8));
 }
