@@ -249,7 +249,7 @@ float_conv float_conv_run(std::array<int, 2> sizes, typemesh::backend::host::con
 }
 
 TEST(Conv2d, FloatDirectKernelsEqualTheIm2colPath) {
-  if (typemesh::backend::host::detected_conv_isa() == typemesh::backend::host::conv_isa::none) {
+  if (typemesh::backend::host::detected_simd_isa() == typemesh::backend::host::conv_isa::none) {
     GTEST_SKIP() << "the direct kernels need AVX2 or AVX-512 and GCC or Clang";
   }
   using typemesh::backend::host::conv_isa;

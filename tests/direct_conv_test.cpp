@@ -171,7 +171,7 @@ const conv_case cases[] = {
 };
 
 TEST(DirectConv, MatchesSerialLoopsAndTheIm2colPathForEachInstructionSet) {
-  const conv_isa cpu = be::host::detected_conv_isa();
+  const conv_isa cpu = be::host::detected_simd_isa();
   if (cpu == conv_isa::none) GTEST_SKIP() << "the direct kernels need AVX2 or AVX-512 and GCC or Clang";
   for (const conv_case& cs : cases) {
     const be::conv_geometry g = geometry(cs);
@@ -203,7 +203,7 @@ TEST(DirectConv, MatchesSerialLoopsAndTheIm2colPathForEachInstructionSet) {
 }
 
 TEST(DirectConv, SameBitsAtOneTwoAndThreeThreads) {
-  const conv_isa cpu = be::host::detected_conv_isa();
+  const conv_isa cpu = be::host::detected_simd_isa();
   if (cpu == conv_isa::none) GTEST_SKIP() << "the direct kernels need AVX2 or AVX-512 and GCC or Clang";
   // Large enough that the filter gradient's groups and the forward rows split over 3 threads.
   const conv_case cs{3, 16, 12, 64, 80, 3, 3, 1, 1, true};
@@ -232,7 +232,7 @@ TEST(DirectConv, ShapesOutsideTheRuleAndDoublesTakeIm2col) {
   // Stride 2: the image gradient stays on col2im, the forward product does not.
   const be::conv_geometry strided = geometry({1, 8, 8, 16, 32, 3, 3, 2, 2, true});
   EXPECT_EQ((be::direct_image_grad_isa<host_space, float>(strided)), conv_isa::none);
-  EXPECT_EQ((be::direct_isa<host_space, float>(strided)), be::host::detected_conv_isa());
+  EXPECT_EQ((be::direct_isa<host_space, float>(strided)), be::host::detected_simd_isa());
   const auto x = random_floats(std::size_t(g.images * g.h.in * g.w.in * g.channels), 7);
   const auto f = random_floats(std::size_t(g.h.size * g.w.size * g.channels * g.out_channels), 8);
   const auto dy = random_floats(std::size_t(g.images * g.h.out * g.w.out * g.out_channels), 9);

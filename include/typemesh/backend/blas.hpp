@@ -1,5 +1,7 @@
 // Matrix multiplication through BLAS (cblas_sgemm / cblas_dgemm; OpenBLAS in
-// the host build), and a plain loop for element types BLAS lacks.
+// the host build), the host's unpacked kernels for float products of at most
+// 32 rows (host/small_gemm.hpp), and a plain loop for element types BLAS
+// lacks.
 //
 // Simulated devices are threads sharing the machine's cores, so BLAS gets
 // cores / devices threads each (at least one): without that, 8 devices on 2
@@ -20,6 +22,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "typemesh/backend/host/small_gemm.hpp"
 #include "typemesh/backend/host/thread_pool.hpp"
 #include "typemesh/core/space.hpp"
 
@@ -67,6 +70,13 @@ template <class T>
 void gemm(host_space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
           std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
   if (m == 0 || n == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    // Few rows: read B in place instead of having BLAS pack it (host/small_gemm.hpp).
+    if (const auto isa = host::small_gemm_suits(trans_a, trans_b, m, n, k); isa != host::simd_isa::none) {
+      host::small_gemm(isa, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+  }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
     if constexpr (std::is_same_v<T, float>) {

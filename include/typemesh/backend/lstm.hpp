@@ -3,13 +3,19 @@
 // pre-activations and the gates' gradients from d(h', c') (for one step, and
 // for a step of the whole-sequence path), and the adds of a time step into
 // (or out of) a sequence for the gradients of time_step and stack_steps. Each index owns one unit of one row (or one row of a step);
-// the GEMMs around them are backend::gemm calls made by the layer.
+// the GEMMs around them are backend::gemm calls made by the layer. On the
+// host, float gates run in vector lanes (host/vector_math.hpp): the C
+// library's expf and tanhf, one element at a time, took a tenth of an
+// RNNLM step.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "typemesh/backend/config.hpp"
+#include "typemesh/backend/host/vector_math.hpp"
 #include "typemesh/backend/parallel.hpp"
 
 namespace typemesh::backend {
@@ -45,6 +51,49 @@ TYPEMESH_KERNEL T gates_backward(const T* q, const T* cells, T dh, T dc_out, T* 
   dz[3] = dh * tc * o * (T{1} - o);
   return dc * f;
 }
+
+// Cells that may take the host's vector path (where this CPU has the vector
+// functions): float on the host space.
+template <class Space, class T>
+inline constexpr bool host_float = std::is_same_v<Space, host_space> && std::is_same_v<T, float>;
+
+// Units per index of the vector path: the gates of a block in one vector
+// pass, then c' and h' per unit, then tanh(c') in one pass.
+inline constexpr std::int64_t vector_cell_block = 256;
+
+// gates_forward over units [first, last) on the vector path: z [n, 4] as in
+// gates_forward's q; c_old [n]; cells [n, 2]. put(r, h', c') receives each
+// unit's new state (after c_old[r] has been read).
+template <class Put>
+void vector_gates_forward(float* z, const float* c_old, float* cells, std::int64_t first, std::int64_t last,
+                          Put put) {
+  float c_new[vector_cell_block], tanh_c[vector_cell_block];
+  const std::int64_t count = last - first;
+  host::lstm_gate_activations(z + 4 * first, 4 * count);
+  for (std::int64_t u = 0; u < count; ++u) {
+    const float* q = z + 4 * (first + u);
+    const float c = c_old[first + u];
+    c_new[u] = q[1] * c + q[0] * q[2];
+    cells[2 * (first + u)] = c;
+  }
+  host::tanh_floats(c_new, tanh_c, count);
+  for (std::int64_t u = 0; u < count; ++u) {
+    cells[2 * (first + u) + 1] = tanh_c[u];
+    put(first + u, z[4 * (first + u) + 3] * tanh_c[u], c_new[u]);
+  }
+}
+
+// Runs vector_gates_forward over n units in blocks, on the host's threads.
+template <class Put>
+void vector_cells_forward(float* z, const float* c_old, float* cells, std::int64_t n, Put put) {
+  const std::int64_t blocks = (n + vector_cell_block - 1) / vector_cell_block;
+  parallel_for(
+      host_space{}, blocks,
+      [=](std::int64_t b) {
+        vector_gates_forward(z, c_old, cells, b * vector_cell_block, std::min(n, (b + 1) * vector_cell_block), put);
+      },
+      grain_for(8 * vector_cell_block));
+}
 }  // namespace lstm_kernels
 
 // out[2r] = x[r], out[2r + 1] = h[r] for r in [0, n).
@@ -76,6 +125,14 @@ void lstm_put_part(Space s, const T* in, std::int64_t part, T* pairs, std::int64
 // cells: [n, 2] receives c and tanh(c'); state: [n, 2] receives h', c'.
 template <class Space, class T>
 void lstm_cell_forward(Space s, T* z, const T* c_old, T* cells, T* state, std::int64_t n) {
+  if constexpr (lstm_kernels::host_float<Space, T>) {
+    if (host::vector_math_enabled()) {
+      lstm_kernels::vector_cells_forward(z, c_old, cells, n, [=](std::int64_t r, float h, float c) {
+        state[2 * r] = h, state[2 * r + 1] = c;
+      });
+      return;
+    }
+  }
   parallel_for(
       s, n,
       [=] TYPEMESH_KERNEL(std::int64_t r) {
@@ -107,6 +164,14 @@ void lstm_gate_gradients(Space s, const T* gates, const T* cells, const T* dstat
 // cells: [n, 2] receives c and tanh(c'); h: [n] receives h'.
 template <class Space, class T>
 void lstm_sequence_cell_forward(Space s, T* z, T* c, T* cells, T* h, std::int64_t n) {
+  if constexpr (lstm_kernels::host_float<Space, T>) {
+    if (host::vector_math_enabled()) {
+      lstm_kernels::vector_cells_forward(z, c, cells, n, [=](std::int64_t r, float h_new, float c_new) {
+        h[r] = h_new, c[r] = c_new;
+      });
+      return;
+    }
+  }
   parallel_for(
       s, n,
       [=] TYPEMESH_KERNEL(std::int64_t r) {

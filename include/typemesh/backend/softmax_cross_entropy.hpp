@@ -3,13 +3,17 @@
 // each row's maximum, its sum of shifted exponentials and the label's
 // shifted logit, the loss and log-sum-exp from those, and the gradient
 // dy * (softmax - onehot). One index per row; a row's sums run in column
-// order, so results do not depend on the number of threads.
+// order (on the host's float vector path: in vector lanes, each lane in
+// column order, then the lanes in order), so results do not depend on the
+// number of threads.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "typemesh/backend/config.hpp"
+#include "typemesh/backend/host/vector_math.hpp"
 #include "typemesh/backend/parallel.hpp"
 
 namespace typemesh::backend {
@@ -19,6 +23,11 @@ namespace typemesh::backend {
 struct softmax_rows {
   std::int64_t rows, held, first;
 };
+
+// Rows that may take the host's vector path (where this CPU has the vector
+// exp, host/vector_math.hpp): float on the host space.
+template <class Space, class T>
+inline constexpr bool host_float_rows = std::is_same_v<Space, host_space> && std::is_same_v<T, float>;
 
 // top[r] = max over the row's columns, starting from `lowest`.
 template <class Space, class T>
@@ -37,6 +46,19 @@ void softmax_row_max(Space s, const T* x, T* top, softmax_rows g, T lowest) {
 // where this device holds the label's column, else 0.
 template <class Space, class T, class I>
 void softmax_shifted_sums(Space s, const T* x, const I* label, const T* top, T* sums, softmax_rows g) {
+  if constexpr (host_float_rows<Space, T>) {
+    if (host::vector_math_enabled()) {
+      parallel_for(
+          s, g.rows,
+          [=](std::int64_t r) {
+            sums[r] = host::exp_shifted_sum(x + r * g.held, top[r], g.held);
+            const std::int64_t c = static_cast<std::int64_t>(label[r]) - g.first;
+            sums[g.rows + r] = c >= 0 && c < g.held ? x[r * g.held + c] - top[r] : 0.0f;
+          },
+          grain_for(g.held));
+      return;
+    }
+  }
   parallel_for(
       s, g.rows,
       [=] TYPEMESH_KERNEL(std::int64_t r) {
@@ -64,6 +86,23 @@ void softmax_loss_from_sums(Space s, const T* sums, T* loss, T* lse, std::int64_
 template <class Space, class T, class I>
 void softmax_cross_entropy_gradient(Space s, const T* x, const I* label, const T* lse, const T* dy, T* dx,
                                     softmax_rows g) {
+  if constexpr (host_float_rows<Space, T>) {
+    if (host::vector_math_enabled()) {
+      parallel_for(
+          s, g.rows,
+          [=](std::int64_t r) {
+            host::scaled_exp_shifted(x + r * g.held, lse[r], dy[r], dx + r * g.held, g.held);
+            const std::int64_t c = static_cast<std::int64_t>(label[r]) - g.first;
+            if (c >= 0 && c < g.held) {
+              float p;  // the same exp, through the same vector code
+              host::scaled_exp_shifted(x + r * g.held + c, lse[r], 1.0f, &p, 1);
+              dx[r * g.held + c] = dy[r] * (p - 1.0f);
+            }
+          },
+          grain_for(g.held));
+      return;
+    }
+  }
   parallel_for(
       s, g.rows,
       [=] TYPEMESH_KERNEL(std::int64_t r) {

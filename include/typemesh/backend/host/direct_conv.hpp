@@ -7,13 +7,10 @@
 // filters [height, width, channels, out-channels], outputs [images, out
 // height, out width, out-channels].
 //
-// Users compile the library with their own flags, usually without -march, so
-// the kernels are compiled for AVX-512 and for AVX2 with target attributes
-// and picked once at run time by what the CPU reports. The vector code is
-// written with GCC/Clang vector extensions in templates that are inlined
-// into the target-specific functions, so one body serves both widths. Where
-// neither target exists (other CPUs, other compilers, nvcc), the direct path
-// is off and conv.hpp uses im2col.
+// The kernels are compiled for AVX-512 and for AVX2 and picked at run time
+// (host/simd.hpp); one template body serves both widths. Where neither
+// target exists (other CPUs, other compilers, nvcc), the direct path is off
+// and conv.hpp uses im2col.
 //
 // Sums run in one fixed order per output element (forward: taps row by row,
 // then in-channels; filter gradient: output pixels in order), whichever
@@ -25,18 +22,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "typemesh/backend/host/simd.hpp"
 #include "typemesh/backend/parallel.hpp"
 
-#if !defined(__CUDACC__) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TYPEMESH_DIRECT_CONV 1
-#else
-#define TYPEMESH_DIRECT_CONV 0
-#endif
+#define TYPEMESH_DIRECT_CONV TYPEMESH_HOST_SIMD
 
 namespace typemesh::backend::host {
 
-// The instruction sets the direct kernels are built for, weakest first.
-enum class conv_isa { none, avx2, avx512 };
+using conv_isa = simd_isa;
 
 // One convolution for the direct kernels: the output's size is given, not
 // derived, so the image gradient can run as a forward convolution of the
@@ -47,21 +40,6 @@ struct direct_conv_shape {
   std::int64_t out_h = 0, out_w = 0;
 };
 
-// What this CPU can run (none where the direct path is compiled out).
-inline conv_isa detected_conv_isa() {
-#if TYPEMESH_DIRECT_CONV
-  static const conv_isa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) return conv_isa::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return conv_isa::avx2;
-    return conv_isa::none;
-  }();
-  return isa;
-#else
-  return conv_isa::none;
-#endif
-}
-
 // The strongest set the direct kernels may use, for tests and benchmarks
 // that compare the paths; none turns the direct path off.
 inline std::atomic<conv_isa>& direct_conv_limit() {
@@ -69,7 +47,7 @@ inline std::atomic<conv_isa>& direct_conv_limit() {
   return limit;
 }
 
-inline conv_isa direct_conv_isa() { return std::min(detected_conv_isa(), direct_conv_limit().load()); }
+inline conv_isa direct_conv_isa() { return std::min(detected_simd_isa(), direct_conv_limit().load()); }
 
 // The rule: out-channels a multiple of 16 (whole vectors of either width),
 // any filter size, stride and padding. The image gradient runs as a forward
@@ -85,19 +63,10 @@ inline conv_isa direct_conv_image_grad_suits(const direct_conv_shape& s) {
 #if TYPEMESH_DIRECT_CONV
 namespace direct {
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v8 __attribute__((vector_size(32)));
-
-// Vectors go by reference: a 64-byte vector by value outside an AVX-512
-// function would change the ABI (and GCC warns).
-template <class V>
-[[gnu::always_inline]] inline void load(V& v, const float* p) {
-  __builtin_memcpy(&v, p, sizeof(V));
-}
-template <class V>
-[[gnu::always_inline]] inline void store(float* p, const V& v) {
-  __builtin_memcpy(p, &v, sizeof(V));
-}
+using simd::load;
+using simd::store;
+using simd::v16;
+using simd::v8;
 
 // Output pixels [ow0, ow0 + P) of row (b, oh), out-channels [k0, k0 + NV
 // lanes): P x NV accumulators; for each tap, each in-channel: NV filter

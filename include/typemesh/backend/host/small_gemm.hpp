@@ -1,0 +1,208 @@
+// Float GEMMs with few rows on the host, without packing: C [m, n] = alpha *
+// A [m, k] . op(B) + beta * C, row-major, for m <= 32. An LSTM step's
+// recurrent products are such: 32 rows of h against the 512 x 2048 hidden
+// half of the weight, forward, and the step's gate gradients against its
+// transpose, backward. A BLAS packs all of B on every call, which for 32
+// rows costs about a third of the product; these kernels read B where it
+// lies (host/simd.hpp: AVX-512 or AVX2, chosen at run time).
+//
+//   B as stored ([k, n]): C's rows in blocks of 4, its columns in blocks
+//     of 4 vectors; for each p, 4 vectors of B's row p times A[i, p]
+//     broadcast. Each C element is the sum over p in order.
+//   B transposed ([n, k], C[i, j] = A's row i . B's row j): blocks of 4 rows
+//     of A and 4 rows of B, a vector accumulator per pair over p in vector
+//     steps, then its lanes added in order.
+//
+// Threads take blocks of C's columns; every element's sum is computed by one
+// thread in one fixed order, so the bits do not depend on the thread count.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "typemesh/backend/host/simd.hpp"
+#include "typemesh/backend/parallel.hpp"
+
+namespace typemesh::backend::host {
+
+// The largest m the kernels take, and the most bytes of B they expect one
+// column block (as stored) or of A (transposed) to keep in cache.
+inline constexpr std::int64_t small_gemm_rows = 32;
+inline constexpr std::int64_t small_gemm_panel_bytes = std::int64_t{512} << 10;
+
+// The instruction set the kernels run this product with, or none: m at most
+// small_gemm_rows, A as stored; with B as stored, n a multiple of 16 and a
+// 64-column panel of B within small_gemm_panel_bytes; with B transposed, k a
+// multiple of 16 and A within small_gemm_panel_bytes.
+inline simd_isa small_gemm_suits(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k) {
+  if (trans_a || m < 1 || m > small_gemm_rows || n < 1 || k < 16) return simd_isa::none;
+  const std::int64_t panel = trans_b ? m * k * 4 : k * 64 * 4;
+  const bool fits = trans_b ? k % 16 == 0 : n % 16 == 0;
+  return fits && panel <= small_gemm_panel_bytes ? detected_simd_isa() : simd_isa::none;
+}
+
+#if TYPEMESH_HOST_SIMD
+namespace small_gemm_kernels {
+
+using simd::lanes;
+using simd::load;
+using simd::store;
+
+// The operands of one product.
+struct operands {
+  const float* a;
+  std::int64_t lda;
+  const float* b;
+  std::int64_t ldb;
+  float* c;
+  std::int64_t ldc;
+  std::int64_t m, n, k;
+  float alpha, beta;
+};
+
+// c = alpha * acc + beta * c, not reading c where beta is 0 (it may be
+// uninitialised).
+[[gnu::always_inline]] inline void finish(float* c, float acc, float alpha, float beta) {
+  *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
+}
+
+// Rows [i0, i0 + MR) and columns [j0, j0 + NV lanes) of C, B as stored.
+template <class V, int MR, int NV>
+[[gnu::always_inline]] inline void stored_block(const operands& o, std::int64_t i0, std::int64_t j0) {
+  constexpr int w = lanes<V>;
+  V acc[MR][NV];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = V{};
+  const float* b = o.b + j0;
+  for (std::int64_t p = 0; p < o.k; ++p, b += o.ldb) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) load(bv[v], b + v * w);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const float s = o.a[(i0 + r) * o.lda + p];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] += bv[v] * s;
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    float* c = o.c + (i0 + r) * o.ldc + j0;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float sums[w];
+      store(sums, acc[r][v]);
+      for (int l = 0; l < w; ++l) finish(c + v * w + l, sums[l], o.alpha, o.beta);
+    }
+  }
+}
+
+// Rows [i0, i0 + MR) of A against rows [j0, j0 + JR) of B (B transposed).
+template <class V, int MR, int JR>
+[[gnu::always_inline]] inline void transposed_block(const operands& o, std::int64_t i0, std::int64_t j0) {
+  constexpr int w = lanes<V>;
+  V acc[MR][JR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int q = 0; q < JR; ++q) acc[r][q] = V{};
+  for (std::int64_t p = 0; p < o.k; p += w) {
+    V av[MR], bv[JR];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) load(av[r], o.a + (i0 + r) * o.lda + p);
+#pragma GCC unroll 4
+    for (int q = 0; q < JR; ++q) load(bv[q], o.b + (j0 + q) * o.ldb + p);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int q = 0; q < JR; ++q) acc[r][q] += av[r] * bv[q];
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int q = 0; q < JR; ++q) {
+      float lane_values[w];
+      store(lane_values, acc[r][q]);
+      float sum = 0.0f;
+      for (int l = 0; l < w; ++l) sum += lane_values[l];
+      finish(o.c + (i0 + r) * o.ldc + j0 + q, sum, o.alpha, o.beta);
+    }
+}
+
+// Every row of C for one block of its columns: [j0, j0 + width), width a
+// multiple of the lanes (as stored) or up to 4 (transposed).
+template <class V, bool Transposed>
+[[gnu::always_inline]] inline void column_block(const operands& o, std::int64_t j0, std::int64_t width) {
+  constexpr int w = lanes<V>;
+  std::int64_t i = 0;
+  for (; i + 4 <= o.m; i += 4) {
+    if constexpr (Transposed) {
+      if (width == 4) transposed_block<V, 4, 4>(o, i, j0);
+      else
+        for (std::int64_t j = j0; j < j0 + width; ++j) transposed_block<V, 4, 1>(o, i, j);
+    } else {
+      if (width == 4 * w) stored_block<V, 4, 4>(o, i, j0);
+      else
+        for (std::int64_t j = j0; j < j0 + width; j += w) stored_block<V, 4, 1>(o, i, j);
+    }
+  }
+  for (; i < o.m; ++i) {
+    if constexpr (Transposed) {
+      for (std::int64_t j = j0; j < j0 + width; ++j) transposed_block<V, 1, 1>(o, i, j);
+    } else {
+      for (std::int64_t j = j0; j < j0 + width; j += w) stored_block<V, 1, 1>(o, i, j);
+    }
+  }
+}
+
+// The instruction-set-specific entry points, one column block each.
+__attribute__((target("avx512f,fma"))) inline void stored_avx512(const operands& o, std::int64_t j0,
+                                                                 std::int64_t width) {
+  column_block<simd::v16, false>(o, j0, width);
+}
+__attribute__((target("avx2,fma"))) inline void stored_avx2(const operands& o, std::int64_t j0, std::int64_t width) {
+  column_block<simd::v8, false>(o, j0, width);
+}
+__attribute__((target("avx512f,fma"))) inline void transposed_avx512(const operands& o, std::int64_t j0,
+                                                                     std::int64_t width) {
+  column_block<simd::v16, true>(o, j0, width);
+}
+__attribute__((target("avx2,fma"))) inline void transposed_avx2(const operands& o, std::int64_t j0,
+                                                                std::int64_t width) {
+  column_block<simd::v8, true>(o, j0, width);
+}
+
+}  // namespace small_gemm_kernels
+#endif
+
+// C = alpha * A . op(B) + beta * C with the kernels of `isa`, which
+// small_gemm_suits gave for these sizes.
+inline void small_gemm(simd_isa isa, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                       const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                       std::int64_t ldc) {
+#if TYPEMESH_HOST_SIMD
+  using namespace small_gemm_kernels;
+  const operands o{a, lda, b, ldb, c, ldc, m, n, k, alpha, beta};
+  const bool wide = isa == simd_isa::avx512;
+  // Column blocks: 4 vectors of C's columns (as stored) or 4 of B's rows.
+  const std::int64_t block = trans_b ? 4 : 4 * (wide ? 16 : 8);
+  const std::int64_t blocks = (n + block - 1) / block;
+  parallel_for(
+      host_space{}, blocks,
+      [=](std::int64_t item) {
+        const std::int64_t j0 = item * block, width = std::min(block, n - j0);
+        if (trans_b && wide) transposed_avx512(o, j0, width);
+        else if (trans_b) transposed_avx2(o, j0, width);
+        else if (wide) stored_avx512(o, j0, width);
+        else stored_avx2(o, j0, width);
+      },
+      grain_for(2 * m * k * block));
+#else
+  (void)isa, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb;
+  (void)beta, (void)c, (void)ldc;
+#endif
+}
+
+}  // namespace typemesh::backend::host

@@ -1,0 +1,274 @@
+// The host's hand-vectorised kernels, each instruction set this CPU has:
+// - exp, tanh and the LSTM gate activations (backend/host/vector_math.hpp)
+//   against the C library in double: within 2 ulp of the float nearest the
+//   true value over sweeps of the whole range, the special values exact,
+//   and every element the same bits wherever it lies in its array (full
+//   vectors and the padded last one alike);
+// - the unpacked small-row GEMMs (backend/host/small_gemm.hpp) against a
+//   double loop, B as stored and transposed, with strides, alpha and beta
+//   (beta 0 never reading C), the same bits at 1, 2 and 3 threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <typemesh/backend/host/small_gemm.hpp>
+#include <typemesh/backend/host/vector_math.hpp>
+#include <typemesh/runtime/launch.hpp>
+
+#if TYPEMESH_HOST_SIMD
+namespace {
+
+namespace host = typemesh::backend::host;
+namespace vmath = typemesh::backend::host::vmath;
+
+// The entry points of one instruction set.
+struct isa_functions {
+  std::string name;
+  float (*exp_shifted_sum)(const float*, float, std::int64_t);
+  void (*scaled_exp_shifted)(const float*, float, float, float*, std::int64_t);
+  void (*tanh)(const float*, float*, std::int64_t);
+  void (*lstm_gates)(float*, std::int64_t);
+};
+
+std::vector<isa_functions> available() {
+  std::vector<isa_functions> out;
+  const auto isa = host::detected_simd_isa();
+  if (isa >= host::simd_isa::avx2) {
+    out.push_back({"avx2", vmath::exp_shifted_sum_avx2, vmath::scaled_exp_shifted_avx2, vmath::tanh_avx2,
+                   vmath::lstm_gates_avx2});
+  }
+  if (isa >= host::simd_isa::avx512) {
+    out.push_back({"avx512", vmath::exp_shifted_sum_avx512, vmath::scaled_exp_shifted_avx512, vmath::tanh_avx512,
+                   vmath::lstm_gates_avx512});
+  }
+  return out;
+}
+
+// |got - want| in units of the last place of the float nearest want (the
+// smallest normal's ulp below it).
+double ulps(float got, double want) {
+  const float nearest = static_cast<float>(want);
+  const float magnitude = std::max(std::abs(nearest), std::numeric_limits<float>::min());
+  const double ulp = std::nextafter(magnitude, std::numeric_limits<float>::infinity()) - magnitude;
+  return std::abs(static_cast<double>(got) - want) / ulp;
+}
+
+std::vector<float> sweep(float lo, float hi, int count) {
+  std::vector<float> x(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) x[static_cast<std::size_t>(i)] = lo + (hi - lo) * (static_cast<float>(i) / count);
+  return x;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+TEST(VectorMath, ExpIsWithinTwoUlpOverTheWholeRange) {
+  const auto isas = available();
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  auto x = sweep(-110.0f, 95.0f, 1 << 20);
+  for (float v : {0.0f, -0.0f, 1.0f, -1.0f, 88.72f, 88.73f, -87.33f, -103.9f, 1e-8f, -1e-8f}) x.push_back(v);
+  for (const auto& f : isas) {
+    std::vector<float> y(x.size());
+    f.scaled_exp_shifted(x.data(), 0.0f, 1.0f, y.data(), static_cast<std::int64_t>(x.size()));
+    double worst = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double want = std::exp(static_cast<double>(x[i]));
+      if (want > std::numeric_limits<float>::max() * 1.0000001) {
+        EXPECT_EQ(y[i], std::numeric_limits<float>::infinity()) << f.name << " exp(" << x[i] << ")";
+      } else {
+        worst = std::max(worst, ulps(y[i], want));
+        ASSERT_LE(ulps(y[i], want), 2.0) << f.name << " exp(" << x[i] << ") = " << y[i] << ", not " << want;
+      }
+    }
+    EXPECT_EQ(y[x.size() - 10], 1.0f) << f.name << " exp(0)";
+    RecordProperty(f.name + "_exp_worst_ulp", std::to_string(worst));
+  }
+}
+
+TEST(VectorMath, SpecialValues) {
+  const auto isas = available();
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float x[4] = {nan, inf, -inf, 0.0f};
+  for (const auto& f : isas) {
+    float e[4], t[4];
+    f.scaled_exp_shifted(x, 0.0f, 1.0f, e, 4);
+    f.tanh(x, t, 4);
+    EXPECT_TRUE(std::isnan(e[0])) << f.name;
+    EXPECT_EQ(e[1], inf) << f.name;
+    EXPECT_EQ(e[2], 0.0f) << f.name;
+    EXPECT_EQ(e[3], 1.0f) << f.name;
+    EXPECT_TRUE(std::isnan(t[0])) << f.name;
+    EXPECT_EQ(t[1], 1.0f) << f.name;
+    EXPECT_EQ(t[2], -1.0f) << f.name;
+    EXPECT_EQ(t[3], 0.0f) << f.name;
+  }
+}
+
+TEST(VectorMath, TanhIsWithinTwoUlpAndOdd) {
+  const auto isas = available();
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  auto x = sweep(-12.0f, 12.0f, 1 << 20);
+  const auto tiny = sweep(-1e-3f, 1e-3f, 1 << 16);
+  x.insert(x.end(), tiny.begin(), tiny.end());
+  for (const auto& f : isas) {
+    std::vector<float> y(x.size()), minus_x(x.size()), y_of_minus(x.size());
+    f.tanh(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
+    for (std::size_t i = 0; i < x.size(); ++i) minus_x[i] = -x[i];
+    f.tanh(minus_x.data(), y_of_minus.data(), static_cast<std::int64_t>(x.size()));
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double want = std::tanh(static_cast<double>(x[i]));
+      ASSERT_LE(ulps(y[i], want), 2.0) << f.name << " tanh(" << x[i] << ") = " << y[i] << ", not " << want;
+      ASSERT_TRUE(same_bits(y_of_minus[i], -y[i])) << f.name << " tanh(-x) = " << y_of_minus[i] << ", not -tanh(x) = " << -y[i] << " at x = " << x[i];
+    }
+  }
+}
+
+TEST(VectorMath, LstmGatesAreSigmoidsAndTanhOfTheGCells) {
+  const auto isas = available();
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  const auto x = sweep(-30.0f, 30.0f, 4 * 40001);  // not a whole number of vectors
+  for (const auto& f : isas) {
+    auto z = x;
+    f.lstm_gates(z.data(), static_cast<std::int64_t>(z.size()));
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double v = x[i];
+      const double want = i % 4 == 2 ? std::tanh(v) : 1.0 / (1.0 + std::exp(-v));
+      ASSERT_LE(ulps(z[i], want), 3.0) << f.name << (i % 4 == 2 ? " tanh(" : " sigmoid(") << v << ") = " << z[i];
+    }
+  }
+}
+
+// An element's result is the same bits in a full vector and in the padded
+// last one, alone or among others, whatever the array's length.
+TEST(VectorMath, AnElementsResultDoesNotDependOnWhereItLies) {
+  const auto isas = available();
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  const auto x = sweep(-9.0f, 7.0f, 37);
+  for (const auto& f : isas) {
+    std::vector<float> all(x.size()), tanh_all(x.size());
+    f.scaled_exp_shifted(x.data(), 0.5f, 3.0f, all.data(), static_cast<std::int64_t>(x.size()));
+    f.tanh(x.data(), tanh_all.data(), static_cast<std::int64_t>(x.size()));
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      float one = 0, tanh_one = 0;
+      f.scaled_exp_shifted(&x[i], 0.5f, 3.0f, &one, 1);
+      f.tanh(&x[i], &tanh_one, 1);
+      EXPECT_TRUE(same_bits(one, all[i])) << f.name << " exp at " << i;
+      EXPECT_TRUE(same_bits(tanh_one, tanh_all[i])) << f.name << " tanh at " << i;
+    }
+  }
+}
+
+TEST(VectorMath, ExpShiftedSumMatchesADoubleSum) {
+  const auto isas = available();
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  for (int n : {0, 1, 7, 16, 17, 1000, 8193}) {
+    const auto x = sweep(-20.0f, 3.0f, n);
+    double want = 0;
+    for (float v : x) want += std::exp(static_cast<double>(v) - 2.5);
+    for (const auto& f : isas) {
+      const float got = f.exp_shifted_sum(x.data(), 2.5f, n);
+      EXPECT_NEAR(got, want, 1e-6 * std::max(1.0, want) + 1e-6 * n * std::max(1.0, want) / 1000)
+          << f.name << ", " << n << " elements";
+    }
+  }
+}
+
+// C = alpha * A . op(B) + beta * C for small m, against a double loop.
+struct gemm_case {
+  bool trans_b;
+  std::int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+};
+
+std::vector<float> wave(std::size_t count, double step) {
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>(std::sin(static_cast<double>(i) * step));
+  return v;
+}
+
+// Runs the kernels of `isa` on `threads` threads of one device; C starts as
+// c0 (NaN where beta is 0: it must not be read).
+std::vector<float> run_small_gemm(const gemm_case& g, host::simd_isa isa, int threads, const std::vector<float>& a,
+                                  const std::vector<float>& b, const std::vector<float>& c0) {
+  std::vector<float> c = c0;
+  typemesh::launch({.devices = 1, .threads_per_device = threads}, [&](typemesh::device&) {
+    host::small_gemm(isa, g.trans_b, g.m, g.n, g.k, g.alpha, a.data(), g.lda, b.data(), g.ldb, g.beta, c.data(),
+                     g.ldc);
+  });
+  return c;
+}
+
+TEST(SmallGemm, MatchesADoubleLoopAtEveryThreadCount) {
+  const auto cpu = host::detected_simd_isa();
+  if (cpu == host::simd_isa::none) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  const gemm_case cases[] = {
+      {false, 32, 2048, 512, 512, 4096, 2048, 1.0f, 1.0f},  // an LSTM step's forward, in place in the weight
+      {true, 32, 512, 2048, 2048, 4096, 512, 1.0f, 0.0f},   // and its backward
+      {false, 5, 80, 33, 40, 96, 85, 0.5f, -2.0f},          // row and column blocks cut short
+      {true, 7, 6, 48, 50, 64, 9, -1.5f, 0.25f},
+      {false, 1, 16, 16, 16, 16, 16, 1.0f, 0.0f},
+      {true, 32, 3, 16, 16, 16, 3, 2.0f, 0.0f},
+  };
+  for (const gemm_case& g : cases) {
+    const std::int64_t b_rows = g.trans_b ? g.n : g.k;
+    ASSERT_NE(host::small_gemm_suits(false, g.trans_b, g.m, g.n, g.k), host::simd_isa::none);
+    const auto a = wave(static_cast<std::size_t>(g.m * g.lda), 0.37);
+    const auto b = wave(static_cast<std::size_t>(b_rows * g.ldb), 0.11);
+    auto c0 = wave(static_cast<std::size_t>(g.m * g.ldc), 0.7);
+    if (g.beta == 0.0f) std::fill(c0.begin(), c0.end(), std::numeric_limits<float>::quiet_NaN());
+    for (auto isa : {host::simd_isa::avx2, host::simd_isa::avx512}) {
+      if (isa > cpu) continue;
+      const std::string what = std::string(isa == host::simd_isa::avx2 ? "avx2" : "avx512") +
+                               (g.trans_b ? " B transposed" : " B as stored") + " m " + std::to_string(g.m) +
+                               " n " + std::to_string(g.n) + " k " + std::to_string(g.k);
+      const auto one = run_small_gemm(g, isa, 1, a, b, c0);
+      for (std::int64_t i = 0; i < g.m; ++i) {
+        for (std::int64_t j = 0; j < g.ldc; ++j) {
+          const float got = one[static_cast<std::size_t>(i * g.ldc + j)];
+          if (j >= g.n) {  // past C's columns: untouched
+            ASSERT_TRUE(same_bits(got, c0[static_cast<std::size_t>(i * g.ldc + j)])) << what;
+            continue;
+          }
+          double sum = 0, scale = 0;
+          for (std::int64_t p = 0; p < g.k; ++p) {
+            const double bv = g.trans_b ? b[static_cast<std::size_t>(j * g.ldb + p)]
+                                        : b[static_cast<std::size_t>(p * g.ldb + j)];
+            sum += a[static_cast<std::size_t>(i * g.lda + p)] * bv;
+            scale += std::abs(a[static_cast<std::size_t>(i * g.lda + p)] * bv);
+          }
+          const double c_in = g.beta == 0.0f ? 0.0 : c0[static_cast<std::size_t>(i * g.ldc + j)];
+          const double want = g.alpha * sum + g.beta * c_in;
+          ASSERT_NEAR(got, want, 1e-6 * (std::abs(g.alpha) * scale + std::abs(g.beta * c_in)) + 1e-6)
+              << what << " at (" << i << ", " << j << ")";
+        }
+      }
+      for (int threads : {2, 3}) {
+        const auto more = run_small_gemm(g, isa, threads, a, b, c0);
+        for (std::size_t e = 0; e < one.size(); ++e) {
+          ASSERT_TRUE(same_bits(more[e], one[e])) << what << " at " << threads << " threads, element " << e;
+        }
+      }
+    }
+  }
+}
+
+TEST(SmallGemm, TakesOnlyWhatItIsBuiltFor) {
+  if (host::detected_simd_isa() == host::simd_isa::none) GTEST_SKIP() << "no vector kernels on this CPU";
+  EXPECT_EQ(host::small_gemm_suits(true, false, 32, 64, 64), host::simd_isa::none) << "A transposed";
+  EXPECT_EQ(host::small_gemm_suits(false, false, 33, 64, 64), host::simd_isa::none) << "more than 32 rows";
+  EXPECT_EQ(host::small_gemm_suits(false, false, 32, 72, 64), host::simd_isa::none) << "n not whole vectors";
+  EXPECT_EQ(host::small_gemm_suits(false, true, 32, 72, 40), host::simd_isa::none) << "k not whole vectors";
+  EXPECT_EQ(host::small_gemm_suits(false, false, 32, 64, 4096), host::simd_isa::none) << "B's panel too big";
+  EXPECT_EQ(host::small_gemm_suits(false, true, 32, 64, 8192), host::simd_isa::none) << "A too big";
+  EXPECT_NE(host::small_gemm_suits(false, false, 32, 2048, 512), host::simd_isa::none);
+}
+
+}  // namespace
+#else
+TEST(VectorMath, CompiledOut) { GTEST_SKIP() << "no vector math on this compiler or CPU family"; }
+#endif
