@@ -7,11 +7,11 @@
 // lies (host/simd.hpp: AVX-512 or AVX2, chosen at run time).
 //
 //   B as stored ([k, n]): C's rows in blocks of 4, its columns in blocks
-//     of 4 vectors; for each p, 4 vectors of B's row p times A[i, p]
-//     broadcast. Each C element is the sum over p in order.
-//   B transposed ([n, k], C[i, j] = A's row i . B's row j): blocks of 4 rows
-//     of A and 4 rows of B, a vector accumulator per pair over p in vector
-//     steps, then its lanes added in order.
+//     of 4 vectors (AVX2: 3); for each p, those vectors of B's row p times
+//     A[i, p] broadcast. Each C element is the sum over p in order.
+//   B transposed ([n, k], C[i, j] = A's row i . B's row j): blocks of 4
+//     (AVX2: 2) rows of A and 4 rows of B, a vector accumulator per pair over
+//     p in vector steps, then its lanes added in order.
 //
 // Threads take blocks of C's columns; every element's sum is computed by one
 // thread in one fixed order, so the bits do not depend on the thread count.
@@ -26,7 +26,8 @@
 namespace typemesh::backend::host {
 
 // The largest m the kernels take, and the most bytes of B they expect one
-// column block (as stored) or of A (transposed) to keep in cache.
+// column block (as stored, at most 64 columns) or of A (transposed) to keep
+// in cache.
 inline constexpr std::int64_t small_gemm_rows = 32;
 inline constexpr std::int64_t small_gemm_panel_bytes = std::int64_t{512} << 10;
 
@@ -71,26 +72,26 @@ template <class V, int MR, int NV>
 [[gnu::always_inline]] inline void stored_block(const operands& o, std::int64_t i0, std::int64_t j0) {
   constexpr int w = lanes<V>;
   V acc[MR][NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[r][v] = V{};
   const float* b = o.b + j0;
   for (std::int64_t p = 0; p < o.k; ++p, b += o.ldb) {
     V bv[NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) load(bv[v], b + v * w);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const float s = o.a[(i0 + r) * o.lda + p];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[r][v] += bv[v] * s;
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     float* c = o.c + (i0 + r) * o.ldc + j0;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       float sums[w];
       store(sums, acc[r][v]);
@@ -104,24 +105,24 @@ template <class V, int MR, int JR>
 [[gnu::always_inline]] inline void transposed_block(const operands& o, std::int64_t i0, std::int64_t j0) {
   constexpr int w = lanes<V>;
   V acc[MR][JR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int q = 0; q < JR; ++q) acc[r][q] = V{};
   for (std::int64_t p = 0; p < o.k; p += w) {
     V av[MR], bv[JR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) load(av[r], o.a + (i0 + r) * o.lda + p);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int q = 0; q < JR; ++q) load(bv[q], o.b + (j0 + q) * o.ldb + p);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int q = 0; q < JR; ++q) acc[r][q] += av[r] * bv[q];
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int q = 0; q < JR; ++q) {
       float lane_values[w];
       store(lane_values, acc[r][q]);
@@ -131,21 +132,49 @@ template <class V, int MR, int JR>
     }
 }
 
-// Every row of C for one block of its columns: [j0, j0 + width), width a
-// multiple of the lanes (as stored) or up to 4 (transposed).
+// Register blocking per vector width: rows of A (MR) by vectors of C's
+// columns (NV, B as stored) or rows of B (JR, transposed), so that the
+// accumulators and the loaded vectors fit the registers (32 for AVX-512, 16
+// for AVX2).
+template <class V>
+struct blocking;
+template <>
+struct blocking<simd::v16> {
+  static constexpr int stored_rows = 4, stored_vectors = 4;  // 16 accumulators
+  static constexpr int transposed_rows = 4, transposed_columns = 4;
+};
+template <>
+struct blocking<simd::v8> {
+  static constexpr int stored_rows = 4, stored_vectors = 3;  // 12 accumulators
+  static constexpr int transposed_rows = 2, transposed_columns = 4;
+};
+
+// C's columns per index of the parallel loop: NV vectors (B as stored) or JR
+// rows of B (transposed).
+template <class V, bool Transposed>
+constexpr std::int64_t column_block_width() {
+  return Transposed ? blocking<V>::transposed_columns : blocking<V>::stored_vectors * lanes<V>;
+}
+
+// Every row of C for one block of its columns: [j0, j0 + width), width at
+// most column_block_width; a block cut short goes a vector (or a column)
+// at a time, as do the rows after the last whole block of rows.
 template <class V, bool Transposed>
 [[gnu::always_inline]] inline void column_block(const operands& o, std::int64_t j0, std::int64_t width) {
+  using B = blocking<V>;
   constexpr int w = lanes<V>;
+  constexpr int mr = Transposed ? B::transposed_rows : B::stored_rows;
+  const bool whole = width == column_block_width<V, Transposed>();
   std::int64_t i = 0;
-  for (; i + 4 <= o.m; i += 4) {
+  for (; i + mr <= o.m; i += mr) {
     if constexpr (Transposed) {
-      if (width == 4) transposed_block<V, 4, 4>(o, i, j0);
+      if (whole) transposed_block<V, mr, B::transposed_columns>(o, i, j0);
       else
-        for (std::int64_t j = j0; j < j0 + width; ++j) transposed_block<V, 4, 1>(o, i, j);
+        for (std::int64_t j = j0; j < j0 + width; ++j) transposed_block<V, mr, 1>(o, i, j);
     } else {
-      if (width == 4 * w) stored_block<V, 4, 4>(o, i, j0);
+      if (whole) stored_block<V, mr, B::stored_vectors>(o, i, j0);
       else
-        for (std::int64_t j = j0; j < j0 + width; j += w) stored_block<V, 4, 1>(o, i, j);
+        for (std::int64_t j = j0; j < j0 + width; j += w) stored_block<V, mr, 1>(o, i, j);
     }
   }
   for (; i < o.m; ++i) {
@@ -186,8 +215,10 @@ inline void small_gemm(simd_isa isa, bool trans_b, std::int64_t m, std::int64_t 
   using namespace small_gemm_kernels;
   const operands o{a, lda, b, ldb, c, ldc, m, n, k, alpha, beta};
   const bool wide = isa == simd_isa::avx512;
-  // Column blocks: 4 vectors of C's columns (as stored) or 4 of B's rows.
-  const std::int64_t block = trans_b ? 4 : 4 * (wide ? 16 : 8);
+  const std::int64_t block = trans_b ? (wide ? column_block_width<simd::v16, true>()
+                                            : column_block_width<simd::v8, true>())
+                                     : (wide ? column_block_width<simd::v16, false>()
+                                             : column_block_width<simd::v8, false>());
   const std::int64_t blocks = (n + block - 1) / block;
   parallel_for(
       host_space{}, blocks,
