@@ -6,12 +6,18 @@
 //
 // Compiled by nvcc only (the CUDA configuration, docs/backend.md). Where the
 // process sees no GPU every test reports itself skipped.
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "grad_check.hpp"
+#include "typemesh/backend/contract.hpp"
 #include "typemesh/backend/cuda/runtime.hpp"
+#include "typemesh/backend/functors.hpp"
+#include "typemesh/backend/strided.hpp"
 #include "typemesh/layers/attention.hpp"
 #include "typemesh/layers/conv2d.hpp"
 #include "typemesh/layers/dense.hpp"
@@ -338,6 +344,93 @@ TEST_F(Gpu, BadIdsAreFoundBeforeTheKernel) {
     auto table = import_tensor<layout<>>(m, host(shape<vocab, embed>{3, 2}, random_values(6, 91)));
     auto ids = import_tensor<layout<>>(m, ids_host(shape<batch, seq>{1, 2}, {0, 7}));
     EXPECT_THROW((void)typemesh::embedding<embed>(ids, table), typemesh::error);
+  });
+}
+
+// --- backend kernels against the host's ----------------------------------------
+
+namespace be = typemesh::backend;
+
+be::dims dims_with(std::initializer_list<std::pair<int, std::int64_t>> ds) {
+  be::dims d;
+  for (auto [id, e] : ds) {
+    d.id[d.rank] = id;
+    d.extent[d.rank++] = e;
+  }
+  return d;
+}
+
+template <class T>
+std::vector<T> random_of(std::int64_t n, unsigned seed) {
+  const values v = random_values(static_cast<std::size_t>(n), seed);
+  return std::vector<T>(v.begin(), v.end());
+}
+
+template <class T>
+be::device_buffer<T> on_gpu(const std::vector<T>& x) {
+  be::device_buffer<T> d(x.size());
+  be::cuda::copy_bytes(d.data(), x.data(), sizeof(T) * x.size());
+  return d;
+}
+
+template <class T>
+std::vector<T> on_host(const be::device_buffer<T>& d) {
+  std::vector<T> x(d.size());
+  be::cuda::copy_bytes(x.data(), d.data(), sizeof(T) * x.size());
+  return x;
+}
+
+// x (dims xd) reduced to od on the GPU, twice, and on the host: the GPU's
+// two runs are the same bits (the order is fixed by the sizes); against the
+// host, sums agree to `tolerance` and maxima exactly.
+template <class T, class Combine>
+void expect_reduce_matches_host(const std::string& what, const be::dims& xd, const be::dims& od, T init,
+                                Combine combine, double tolerance) {
+  const auto x = random_of<T>(xd.elements(), 7);
+  std::vector<T> want(static_cast<std::size_t>(od.elements()), T{-9});
+  be::reduce(typemesh::host_space{}, x.data(), xd, want.data(), od, init, combine);
+  const auto dx = on_gpu(x);
+  std::vector<T> runs[2];
+  for (auto& got : runs) {
+    be::device_buffer<T> out(want.size());
+    be::reduce(typemesh::cuda_space{}, dx.data(), xd, out.data(), od, init, combine);
+    got = on_host(out);
+  }
+  ASSERT_EQ(runs[0].size(), want.size()) << what;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&runs[0][i], &runs[1][i], sizeof(T)), 0) << what << ": output " << i << " differs between runs";
+    if (tolerance == 0) ASSERT_EQ(runs[0][i], want[i]) << what << ": output " << i;
+    else ASSERT_NEAR(runs[0][i], want[i], tolerance * (1 + std::abs(want[i]))) << what << ": output " << i;
+  }
+}
+
+// Each reduction path of the CUDA fold_into (backend/cuda/strided.hpp):
+// columns (outputs contiguous, chunks of rows, a ragged last chunk), blocks
+// (sums along contiguous memory, a scalar over more than one 64K chunk, a
+// strided sum), and a thread per output for short strided sums.
+TEST_F(Gpu, ReductionsMatchTheHost) {
+  struct shape_case {
+    std::string what;
+    be::dims xd, od;
+  };
+  const std::vector<shape_case> cases{
+      {"column sums of x[5003, 1000]", dims_with({{0, 5003}, {1, 1000}}), dims_with({{1, 1000}})},
+      {"over a middle dim", dims_with({{0, 7}, {1, 999}, {2, 130}}), dims_with({{0, 7}, {2, 130}})},
+      {"over two leading dims, two kept dims", dims_with({{0, 40}, {1, 50}, {2, 8}, {3, 16}}),
+       dims_with({{2, 8}, {3, 16}})},
+      {"over two leading dims, kept dims transposed", dims_with({{0, 40}, {1, 50}, {2, 8}, {3, 16}}),
+       dims_with({{3, 16}, {2, 8}})},
+      {"a scalar of 300300 elements", dims_with({{0, 300}, {1, 1001}}), dims_with({})},
+      {"row sums", dims_with({{0, 300}, {1, 1001}}), dims_with({{0, 300}})},
+      {"a short strided sum, many outputs", dims_with({{0, 5000}, {1, 3}, {2, 4}}), dims_with({{2, 4}, {0, 5000}})},
+      {"few outputs, long strided sums", dims_with({{0, 20000}, {1, 5}}), dims_with({{1, 5}})},
+  };
+  typemesh::launch(1, [&] {
+    gpu_mesh m({1, 1});  // binds this thread's GPU
+    for (const auto& c : cases) {
+      expect_reduce_matches_host<double>(c.what + ", double sum", c.xd, c.od, 0.0, be::plus<double>{}, 1e-12);
+      expect_reduce_matches_host<float>(c.what + ", float max", c.xd, c.od, -1e30f, be::maximum<float>{}, 0);
+    }
   });
 }
 
