@@ -434,4 +434,53 @@ TEST_F(Gpu, ReductionsMatchTheHost) {
   });
 }
 
+// out = a . b on the GPU against the host: batch dims that merge into one
+// strided-batched call, batch dims that do not (a call per outer element),
+// transposed, staged and packed operands, and contractions that are no
+// GEMM (a dim in one input only: the fold paths with two operands).
+TEST_F(Gpu, ContractionsMatchTheHost) {
+  enum { B, L, H, D, M, N };
+  const std::array<std::int64_t, 6> e{3, 17, 4, 8, 19, 300};
+  auto dims_of = [&](std::initializer_list<int> ids) {
+    be::dims d;
+    for (int id : ids) {
+      d.id[d.rank] = id;
+      d.extent[d.rank++] = e[static_cast<std::size_t>(id)];
+    }
+    return d;
+  };
+  struct order {
+    const char* what;
+    be::dims a, b, out;
+  };
+  const std::vector<order> orders{
+      {"attention's q, k and scores", dims_of({B, L, H, D}), dims_of({B, M, H, D}), dims_of({B, H, L, M})},
+      {"scores transposed", dims_of({B, L, H, D}), dims_of({B, M, H, D}), dims_of({B, H, M, L})},
+      {"batch dims outermost (one batched call)", dims_of({B, H, L, D}), dims_of({B, H, M, D}),
+       dims_of({B, H, L, M})},
+      {"batch dims outermost, b transposed", dims_of({B, H, L, D}), dims_of({B, H, D, M}), dims_of({B, H, L, M})},
+      {"batch dims outermost, out transposed", dims_of({B, H, L, D}), dims_of({B, H, D, M}), dims_of({B, H, M, L})},
+      {"a batch dim innermost in out (staged)", dims_of({B, L, H, D}), dims_of({B, M, H, D}), dims_of({B, L, M, H})},
+      {"a's d between its batch dims (packed)", dims_of({B, D, L, H}), dims_of({B, M, H, D}), dims_of({B, H, L, M})},
+      {"no batch dims", dims_of({L, D}), dims_of({D, M}), dims_of({L, M})},
+      {"m only in a, summed (fold, columns)", dims_of({M, D, N}), dims_of({D}), dims_of({N})},
+      {"m only in b, summed (fold, blocks)", dims_of({L, D}), dims_of({D, M}), dims_of({L})},
+  };
+  typemesh::launch(1, [&] {
+    gpu_mesh m({1, 1});
+    for (const order& o : orders) {
+      const auto a = random_of<double>(o.a.elements(), 21), b = random_of<double>(o.b.elements(), 22);
+      std::vector<double> want(static_cast<std::size_t>(o.out.elements()), -7.0);
+      be::contract(typemesh::host_space{}, a.data(), o.a, b.data(), o.b, want.data(), o.out);
+      const auto da = on_gpu(a), db = on_gpu(b);
+      be::device_buffer<double> out(want.size());
+      be::contract(typemesh::cuda_space{}, da.data(), o.a, db.data(), o.b, out.data(), o.out);
+      const auto got = on_host(out);
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-12 * (1 + std::abs(want[i]))) << o.what << ", element " << i;
+      }
+    }
+  });
+}
+
 }  // namespace
