@@ -483,4 +483,46 @@ TEST_F(Gpu, ContractionsMatchTheHost) {
   });
 }
 
+// Layer norm's and softmax cross-entropy's backward row kernels on rows
+// shorter and longer than a block (the layer tests above have short rows
+// only): against the host, to rounding.
+TEST_F(Gpu, RowGradientsMatchTheHost) {
+  typemesh::launch(1, [&] {
+    gpu_mesh m({1, 1});
+    for (std::int64_t held : {5, 1000}) {
+      const std::int64_t rows = 37, n = rows * held;
+      const std::string what = "rows of " + std::to_string(held);
+      const auto dy = random_of<double>(n, 51), x_hat = random_of<double>(n, 52);
+      const auto inv_sigma = random_of<double>(rows, 53);
+      const be::layer_norm_rows g{rows, held, held};
+      values want(static_cast<std::size_t>(n)), want_sums(static_cast<std::size_t>(2 * rows));
+      be::layer_norm_gradient(typemesh::host_space{}, dy.data(), x_hat.data(), inv_sigma.data(),
+                              static_cast<const double*>(nullptr), want.data(), g);
+      be::layer_norm_gradient_sums(typemesh::host_space{}, dy.data(), x_hat.data(), want_sums.data(), g);
+      const auto ddy = on_gpu(dy), dxh = on_gpu(x_hat), dinv = on_gpu(inv_sigma);
+      be::device_buffer<double> dx(want.size()), sums(want_sums.size());
+      be::layer_norm_gradient(typemesh::cuda_space{}, ddy.data(), dxh.data(), dinv.data(),
+                              static_cast<const double*>(nullptr), dx.data(), g);
+      be::layer_norm_gradient_sums(typemesh::cuda_space{}, ddy.data(), dxh.data(), sums.data(), g);
+      expect_close(on_host(dx), want, 1e-12, "layer norm gradient, " + what);
+      expect_close(on_host(sums), want_sums, 1e-12, "layer norm gradient sums, " + what);
+
+      // Softmax cross-entropy: labels in and out of this slice of columns.
+      const auto x = random_of<double>(n, 54), lse = random_of<double>(rows, 55), dys = random_of<double>(rows, 56);
+      const values ids = random_ids(static_cast<std::size_t>(rows), static_cast<int>(held + 3), 57);
+      const std::vector<std::int32_t> labels(ids.begin(), ids.end());
+      const be::softmax_rows sg{rows, held, 0};
+      values want_dx(static_cast<std::size_t>(n));
+      be::softmax_cross_entropy_gradient(typemesh::host_space{}, x.data(), labels.data(), lse.data(), dys.data(),
+                                         want_dx.data(), sg);
+      const auto dxs = on_gpu(x), dlse = on_gpu(lse), ddys = on_gpu(dys);
+      const auto dl = on_gpu(labels);
+      be::device_buffer<double> got(want_dx.size());
+      be::softmax_cross_entropy_gradient(typemesh::cuda_space{}, dxs.data(), dl.data(), dlse.data(), ddys.data(),
+                                         got.data(), sg);
+      expect_close(on_host(got), want_dx, 1e-12, "softmax cross-entropy gradient, " + what);
+    }
+  });
+}
+
 }  // namespace
