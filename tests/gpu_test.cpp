@@ -420,8 +420,9 @@ TEST_F(Gpu, ReductionsMatchTheHost) {
        dims_with({{2, 8}, {3, 16}})},
       {"over two leading dims, kept dims transposed", dims_with({{0, 40}, {1, 50}, {2, 8}, {3, 16}}),
        dims_with({{3, 16}, {2, 8}})},
-      {"a scalar of 300300 elements", dims_with({{0, 300}, {1, 1001}}), dims_with({})},
+      {"a scalar of 300300 elements (19 chunks)", dims_with({{0, 300}, {1, 1001}}), dims_with({})},
       {"row sums", dims_with({{0, 300}, {1, 1001}}), dims_with({{0, 300}})},
+      {"row sums over several chunks each", dims_with({{0, 3}, {1, 100003}}), dims_with({{0, 3}})},
       {"a short strided sum, many outputs", dims_with({{0, 5000}, {1, 3}, {2, 4}}), dims_with({{2, 4}, {0, 5000}})},
       {"few outputs, long strided sums", dims_with({{0, 20000}, {1, 5}}), dims_with({{1, 5}})},
   };

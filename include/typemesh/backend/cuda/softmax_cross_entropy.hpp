@@ -76,6 +76,7 @@ struct softmax_cross_entropy_gradient_row {
     const T shift = lse[r], d = dy[r];
     const T* row = x + r * g.held;
     T* out = dx + r * g.held;
+#pragma unroll 4
     for (std::int64_t v = threadIdx.x; v < g.held; v += blockDim.x) {
       const T p = std::exp(row[v] - shift);
       out[v] = d * (v == c ? p - T{1} : p);

@@ -16,8 +16,8 @@
 //       enough to fill a block (>= 64): a block per output, cut into chunks
 //       of fold_chunk elements, a block each. Order: in a chunk, thread t
 //       folds flat indices t, t + 256, ... in order, then the block's
-//       threads fold as a tree (cuda::block_fold); then one thread per
-//       output folds its chunks in chunk order. Without this a sum to one
+//       threads fold as a tree (cuda::block_fold); then a block per output
+//       folds its chunks' results the same way. Without this a sum to one
 //       scalar would run on one block, one of the GPU's 132 multiprocessors.
 //   (b) else, the outputs run along contiguous memory (a column sum, as a
 //       bias's gradient over batch and length): a thread per output and
@@ -92,7 +92,9 @@ struct binary_elements_kernel {
 // dense over at most the space's elements, so its offsets do too).
 inline bool narrow(std::int64_t n) { return n < (std::int64_t{1} << 31); }
 
-inline constexpr std::int64_t fold_chunk = std::int64_t{1} << 16;
+// Short enough that a sum to one scalar of 32M elements fills the GPU
+// (2048 blocks), long enough that a block's threads fold 64 elements each.
+inline constexpr std::int64_t fold_chunk = std::int64_t{1} << 14;
 
 // `sp` with its dims of extent 1 dropped and each dim merged into the one
 // before it where every operand steps through both as through one dim (the
@@ -190,7 +192,9 @@ struct fold_block_kernel {
   }
 };
 
-// out[o] = the chunks' results of output o folded in chunk order.
+// out[o] = the chunks' results of output o folded on one block
+// (cuda::block_fold's fixed order): a scalar's thousands of chunks would be
+// a long chain of dependent loads on one thread.
 template <class T, class Combine>
 struct fold_chunks_kernel {
   const T* partial;
@@ -199,9 +203,9 @@ struct fold_chunks_kernel {
   T init;
   Combine combine;
   __device__ void operator()(std::int64_t o) const {
-    T acc = init;
-    for (std::int64_t c = 0; c < chunks; ++c) acc = combine(acc, partial[o * chunks + c]);
-    out[o] = acc;
+    const T* mine = partial + o * chunks;
+    const T acc = cuda::block_fold<T>(chunks, [=](std::int64_t c) { return mine[c]; }, init, combine);
+    if (threadIdx.x == 0) out[o] = acc;
   }
 };
 
@@ -321,7 +325,7 @@ void fold_into(cuda_space s, T* out, const dims& od, const strided_space<K>& kep
     parallel_for_blocks(s, outputs * chunks,
                         block_kernel{partial.data(), kept, summed, summed_elements, chunks, narrow, init, value,
                                      combine});
-    parallel_for(s, outputs, fold_chunks_kernel<T, Combine>{partial.data(), out, chunks, init, combine});
+    parallel_for_blocks(s, outputs, fold_chunks_kernel<T, Combine>{partial.data(), out, chunks, init, combine});
   } else {
     // (c) short sums over outputs that are not neighbours: a thread per
     // output in flat order, the host's kernel.
