@@ -349,6 +349,9 @@ TEST(StridedKernels, ContractionsWithBatchDimsInsideTheOperandsMatchALoop) {
       {"k with d outside m", dims_of({H, B, L, D}), dims_of({D, B, H, M}), dims_of({L, B, H, M})},
       {"q with d outside l", dims_of({B, D, H, L}), dims_of({H, M, B, D}), dims_of({H, L, B, M})},
       {"q's d between its batch dims (packed)", dims_of({B, D, L, H}), dims_of({B, M, H, D}), dims_of({B, H, L, M})},
+      {"batch dims outermost in all three (one batched call)", dims_of({B, H, L, D}), dims_of({B, H, M, D}),
+       dims_of({B, H, L, M})},
+      {"batch dims merged, out transposed", dims_of({B, H, L, D}), dims_of({B, H, D, M}), dims_of({B, H, M, L})},
   };
   const auto q = random_floats(2 * 5 * 3 * 4, 11), k = random_floats(2 * 6 * 3 * 4, 12);
   for (const order& o : orders) {

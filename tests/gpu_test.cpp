@@ -6,12 +6,18 @@
 //
 // Compiled by nvcc only (the CUDA configuration, docs/backend.md). Where the
 // process sees no GPU every test reports itself skipped.
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "grad_check.hpp"
+#include "typemesh/backend/contract.hpp"
 #include "typemesh/backend/cuda/runtime.hpp"
+#include "typemesh/backend/functors.hpp"
+#include "typemesh/backend/strided.hpp"
 #include "typemesh/layers/attention.hpp"
 #include "typemesh/layers/conv2d.hpp"
 #include "typemesh/layers/dense.hpp"
@@ -338,6 +344,185 @@ TEST_F(Gpu, BadIdsAreFoundBeforeTheKernel) {
     auto table = import_tensor<layout<>>(m, host(shape<vocab, embed>{3, 2}, random_values(6, 91)));
     auto ids = import_tensor<layout<>>(m, ids_host(shape<batch, seq>{1, 2}, {0, 7}));
     EXPECT_THROW((void)typemesh::embedding<embed>(ids, table), typemesh::error);
+  });
+}
+
+// --- backend kernels against the host's ----------------------------------------
+
+namespace be = typemesh::backend;
+
+be::dims dims_with(std::initializer_list<std::pair<int, std::int64_t>> ds) {
+  be::dims d;
+  for (auto [id, e] : ds) {
+    d.id[d.rank] = id;
+    d.extent[d.rank++] = e;
+  }
+  return d;
+}
+
+template <class T>
+std::vector<T> random_of(std::int64_t n, unsigned seed) {
+  const values v = random_values(static_cast<std::size_t>(n), seed);
+  return std::vector<T>(v.begin(), v.end());
+}
+
+template <class T>
+be::device_buffer<T> on_gpu(const std::vector<T>& x) {
+  be::device_buffer<T> d(x.size());
+  be::cuda::copy_bytes(d.data(), x.data(), sizeof(T) * x.size());
+  return d;
+}
+
+template <class T>
+std::vector<T> on_host(const be::device_buffer<T>& d) {
+  std::vector<T> x(d.size());
+  be::cuda::copy_bytes(x.data(), d.data(), sizeof(T) * x.size());
+  return x;
+}
+
+// x (dims xd) reduced to od on the GPU, twice, and on the host: the GPU's
+// two runs are the same bits (the order is fixed by the sizes); against the
+// host, sums agree to `tolerance` and maxima exactly.
+template <class T, class Combine>
+void expect_reduce_matches_host(const std::string& what, const be::dims& xd, const be::dims& od, T init,
+                                Combine combine, double tolerance) {
+  const auto x = random_of<T>(xd.elements(), 7);
+  std::vector<T> want(static_cast<std::size_t>(od.elements()), T{-9});
+  be::reduce(typemesh::host_space{}, x.data(), xd, want.data(), od, init, combine);
+  const auto dx = on_gpu(x);
+  std::vector<T> runs[2];
+  for (auto& got : runs) {
+    be::device_buffer<T> out(want.size());
+    be::reduce(typemesh::cuda_space{}, dx.data(), xd, out.data(), od, init, combine);
+    got = on_host(out);
+  }
+  ASSERT_EQ(runs[0].size(), want.size()) << what;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&runs[0][i], &runs[1][i], sizeof(T)), 0) << what << ": output " << i << " differs between runs";
+    if (tolerance == 0) ASSERT_EQ(runs[0][i], want[i]) << what << ": output " << i;
+    else ASSERT_NEAR(runs[0][i], want[i], tolerance * (1 + std::abs(want[i]))) << what << ": output " << i;
+  }
+}
+
+// Each reduction path of the CUDA fold_into (backend/cuda/strided.hpp):
+// columns (outputs contiguous, chunks of rows, a ragged last chunk), blocks
+// (sums along contiguous memory, a scalar over more than one 64K chunk, a
+// strided sum), and a thread per output for short strided sums.
+TEST_F(Gpu, ReductionsMatchTheHost) {
+  struct shape_case {
+    std::string what;
+    be::dims xd, od;
+  };
+  const std::vector<shape_case> cases{
+      {"column sums of x[5003, 1000]", dims_with({{0, 5003}, {1, 1000}}), dims_with({{1, 1000}})},
+      {"over a middle dim", dims_with({{0, 7}, {1, 999}, {2, 130}}), dims_with({{0, 7}, {2, 130}})},
+      {"over two leading dims, two kept dims", dims_with({{0, 40}, {1, 50}, {2, 8}, {3, 16}}),
+       dims_with({{2, 8}, {3, 16}})},
+      {"over two leading dims, kept dims transposed", dims_with({{0, 40}, {1, 50}, {2, 8}, {3, 16}}),
+       dims_with({{3, 16}, {2, 8}})},
+      {"a scalar of 300300 elements (19 chunks)", dims_with({{0, 300}, {1, 1001}}), dims_with({})},
+      {"row sums", dims_with({{0, 300}, {1, 1001}}), dims_with({{0, 300}})},
+      {"row sums over several chunks each", dims_with({{0, 3}, {1, 100003}}), dims_with({{0, 3}})},
+      {"a short strided sum, many outputs", dims_with({{0, 5000}, {1, 3}, {2, 4}}), dims_with({{2, 4}, {0, 5000}})},
+      {"few outputs, long strided sums", dims_with({{0, 20000}, {1, 5}}), dims_with({{1, 5}})},
+  };
+  typemesh::launch(1, [&] {
+    gpu_mesh m({1, 1});  // binds this thread's GPU
+    for (const auto& c : cases) {
+      expect_reduce_matches_host<double>(c.what + ", double sum", c.xd, c.od, 0.0, be::plus<double>{}, 1e-12);
+      expect_reduce_matches_host<float>(c.what + ", float max", c.xd, c.od, -1e30f, be::maximum<float>{}, 0);
+    }
+  });
+}
+
+// out = a . b on the GPU against the host: batch dims that merge into one
+// strided-batched call, batch dims that do not (a call per outer element),
+// transposed, staged and packed operands, and contractions that are no
+// GEMM (a dim in one input only: the fold paths with two operands).
+TEST_F(Gpu, ContractionsMatchTheHost) {
+  enum { B, L, H, D, M, N };
+  const std::array<std::int64_t, 6> e{3, 17, 4, 8, 19, 300};
+  auto dims_of = [&](std::initializer_list<int> ids) {
+    be::dims d;
+    for (int id : ids) {
+      d.id[d.rank] = id;
+      d.extent[d.rank++] = e[static_cast<std::size_t>(id)];
+    }
+    return d;
+  };
+  struct order {
+    const char* what;
+    be::dims a, b, out;
+  };
+  const std::vector<order> orders{
+      {"attention's q, k and scores", dims_of({B, L, H, D}), dims_of({B, M, H, D}), dims_of({B, H, L, M})},
+      {"scores transposed", dims_of({B, L, H, D}), dims_of({B, M, H, D}), dims_of({B, H, M, L})},
+      {"batch dims outermost (one batched call)", dims_of({B, H, L, D}), dims_of({B, H, M, D}),
+       dims_of({B, H, L, M})},
+      {"batch dims outermost, b transposed", dims_of({B, H, L, D}), dims_of({B, H, D, M}), dims_of({B, H, L, M})},
+      {"batch dims outermost, out transposed", dims_of({B, H, L, D}), dims_of({B, H, D, M}), dims_of({B, H, M, L})},
+      {"a batch dim innermost in out (staged)", dims_of({B, L, H, D}), dims_of({B, M, H, D}), dims_of({B, L, M, H})},
+      {"a's d between its batch dims (packed)", dims_of({B, D, L, H}), dims_of({B, M, H, D}), dims_of({B, H, L, M})},
+      {"no batch dims", dims_of({L, D}), dims_of({D, M}), dims_of({L, M})},
+      {"m only in a, summed (fold, columns)", dims_of({M, D, N}), dims_of({D}), dims_of({N})},
+      {"m only in b, summed (fold, blocks)", dims_of({L, D}), dims_of({D, M}), dims_of({L})},
+  };
+  typemesh::launch(1, [&] {
+    gpu_mesh m({1, 1});
+    for (const order& o : orders) {
+      const auto a = random_of<double>(o.a.elements(), 21), b = random_of<double>(o.b.elements(), 22);
+      std::vector<double> want(static_cast<std::size_t>(o.out.elements()), -7.0);
+      be::contract(typemesh::host_space{}, a.data(), o.a, b.data(), o.b, want.data(), o.out);
+      const auto da = on_gpu(a), db = on_gpu(b);
+      be::device_buffer<double> out(want.size());
+      be::contract(typemesh::cuda_space{}, da.data(), o.a, db.data(), o.b, out.data(), o.out);
+      const auto got = on_host(out);
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-12 * (1 + std::abs(want[i]))) << o.what << ", element " << i;
+      }
+    }
+  });
+}
+
+// Layer norm's and softmax cross-entropy's backward row kernels on rows
+// shorter and longer than a block (the layer tests above have short rows
+// only): against the host, to rounding.
+TEST_F(Gpu, RowGradientsMatchTheHost) {
+  typemesh::launch(1, [&] {
+    gpu_mesh m({1, 1});
+    for (std::int64_t held : {5, 1000}) {
+      const std::int64_t rows = 37, n = rows * held;
+      const std::string what = "rows of " + std::to_string(held);
+      const auto dy = random_of<double>(n, 51), x_hat = random_of<double>(n, 52);
+      const auto inv_sigma = random_of<double>(rows, 53);
+      const be::layer_norm_rows g{rows, held, held};
+      values want(static_cast<std::size_t>(n)), want_sums(static_cast<std::size_t>(2 * rows));
+      be::layer_norm_gradient(typemesh::host_space{}, dy.data(), x_hat.data(), inv_sigma.data(),
+                              static_cast<const double*>(nullptr), want.data(), g);
+      be::layer_norm_gradient_sums(typemesh::host_space{}, dy.data(), x_hat.data(), want_sums.data(), g);
+      const auto ddy = on_gpu(dy), dxh = on_gpu(x_hat), dinv = on_gpu(inv_sigma);
+      be::device_buffer<double> dx(want.size()), sums(want_sums.size());
+      be::layer_norm_gradient(typemesh::cuda_space{}, ddy.data(), dxh.data(), dinv.data(),
+                              static_cast<const double*>(nullptr), dx.data(), g);
+      be::layer_norm_gradient_sums(typemesh::cuda_space{}, ddy.data(), dxh.data(), sums.data(), g);
+      expect_close(on_host(dx), want, 1e-12, "layer norm gradient, " + what);
+      expect_close(on_host(sums), want_sums, 1e-12, "layer norm gradient sums, " + what);
+
+      // Softmax cross-entropy: labels in and out of this slice of columns.
+      const auto x = random_of<double>(n, 54), lse = random_of<double>(rows, 55), dys = random_of<double>(rows, 56);
+      const values ids = random_ids(static_cast<std::size_t>(rows), static_cast<int>(held + 3), 57);
+      const std::vector<std::int32_t> labels(ids.begin(), ids.end());
+      const be::softmax_rows sg{rows, held, 0};
+      values want_dx(static_cast<std::size_t>(n));
+      be::softmax_cross_entropy_gradient(typemesh::host_space{}, x.data(), labels.data(), lse.data(), dys.data(),
+                                         want_dx.data(), sg);
+      const auto dxs = on_gpu(x), dlse = on_gpu(lse), ddys = on_gpu(dys);
+      const auto dl = on_gpu(labels);
+      be::device_buffer<double> got(want_dx.size());
+      be::softmax_cross_entropy_gradient(typemesh::cuda_space{}, dxs.data(), dl.data(), dlse.data(), ddys.data(),
+                                         got.data(), sg);
+      expect_close(on_host(got), want_dx, 1e-12, "softmax cross-entropy gradient, " + what);
+    }
   });
 }
 

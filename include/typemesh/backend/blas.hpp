@@ -102,3 +102,20 @@ void gemm(host_space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n
 #if defined(TYPEMESH_CUDA)
 #include "typemesh/backend/cuda/blas.hpp"
 #endif
+
+namespace typemesh::backend {
+
+// `count` products C_i = alpha * op(A_i) * op(B_i) + beta * C_i as gemm,
+// where X_i = x + i * stride_x: one after another, in order. The CUDA space
+// has its own (one strided-batched cuBLAS call).
+template <class Space, class T>
+void gemm_batched(Space s, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+                  const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
+                  std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    gemm(s, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c,
+         ldc);
+  }
+}
+
+}  // namespace typemesh::backend

@@ -176,15 +176,39 @@ void contract(Space s, const T* a, const dims& ad, const T* b, const dims& bd, T
   for (int i = 0; i < batch.rank; ++i) out_batch_stride[i] = out_strides[cd.position(batch.id[i])];
 
   detail::gemm_operand<Space, T> ga(s, a, ad, batch, m, k), gb(s, b, bd, batch, k, n);
+  // The batch dims from `inner` on step every operand by one stride (each
+  // dim's stride is the next one's times its extent, in a, b and out; the
+  // last dim alone always does): one gemm_batched call covers them, the
+  // outer ones are looped over.
+  int inner = batch.rank > 0 ? batch.rank - 1 : 0;
+  while (inner > 0) {
+    const int d = inner;
+    const auto merges = [&](const std::array<std::int64_t, max_rank>& st) {
+      return st[d - 1] == st[d] * batch.extent[d];
+    };
+    if (!merges(ga.batch_stride) || !merges(gb.batch_stride) || !merges(out_batch_stride)) break;
+    --inner;
+  }
+  std::int64_t count = 1, sa = 0, sb = 0, sc = 0;
+  if (batch.rank > 0) {
+    for (int d = inner; d < batch.rank; ++d) count *= batch.extent[d];
+    sa = ga.batch_stride[batch.rank - 1], sb = gb.batch_stride[batch.rank - 1];
+    sc = out_batch_stride[batch.rank - 1];
+  }
   std::array<std::int64_t, max_rank> at{};
-  for (std::int64_t i = 0; i < nb; ++i) {
+  for (std::int64_t i = 0; i < nb; i += count) {
     std::int64_t co = 0;
     for (int d = 0; d < batch.rank; ++d) co += at[d] * out_batch_stride[d];
     const T* pa = ga.data + ga.offset(at, batch.rank);
     const T* pb = gb.data + gb.offset(at, batch.rank);
-    if (transposed) gemm(s, !gb.trans, !ga.trans, nn, mm, kk, T{1}, pb, gb.ld, pa, ga.ld, T{0}, c + co, ldc);
-    else gemm(s, ga.trans, gb.trans, mm, nn, kk, T{1}, pa, ga.ld, pb, gb.ld, T{0}, c + co, ldc);
-    for (int d = batch.rank; d-- > 0;) {  // the next batch element, row-major
+    if (transposed) {
+      gemm_batched(s, !gb.trans, !ga.trans, nn, mm, kk, T{1}, pb, gb.ld, sb, pa, ga.ld, sa, T{0}, c + co, ldc, sc,
+                   count);
+    } else {
+      gemm_batched(s, ga.trans, gb.trans, mm, nn, kk, T{1}, pa, ga.ld, sa, pb, gb.ld, sb, T{0}, c + co, ldc, sc,
+                   count);
+    }
+    for (int d = inner; d-- > 0;) {  // the next outer batch element, row-major
       if (++at[d] < batch.extent[d]) break;
       at[d] = 0;
     }

@@ -97,5 +97,44 @@ void gemm(cuda_space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n
                    "cublasGemmEx");
 }
 
+// `count` products at a uniform stride per operand (X_i = x + i * stride_x),
+// as the host's gemm_batched, in one cublasGemmStridedBatchedEx call: a loop
+// of gemm calls pays a launch per product, which for attention's many small
+// products costs more than the products.
+template <class T>
+void gemm_batched(cuda_space s, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+                  const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
+                  std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t count) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "typemesh: matrix products on the CUDA space are float or double");
+  if (count <= 0 || m == 0 || n == 0) return;
+  if (count == 1 || count > std::numeric_limits<int>::max()) {
+    for (std::int64_t i = 0; i < count; ++i) {
+      gemm(s, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+           c + i * stride_c, ldc);
+    }
+    return;
+  }
+  for (std::int64_t v : {m, n, k, lda, ldb, ldc}) {
+    if (v > std::numeric_limits<int>::max()) {
+      throw shape_error(typemesh::detail::cat("a GPU matrix product of ", m, " x ", k, " by ", k, " x ", n,
+                                              " has a size or row stride over cuBLAS's 32-bit limit"));
+    }
+  }
+  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cudaDataType_t type = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_64F;
+  const cublasComputeType_t compute =
+      std::is_same_v<T, float> ? cuda::fp32_compute(cuda::math_setting().load()) : CUBLAS_COMPUTE_64F;
+  // Column-major, as gemm: C_i^T = op(B_i)^T op(A_i)^T.
+  cuda::check_blas(
+      cublasGemmStridedBatchedEx(cuda::blas_handle(), tb, ta, static_cast<int>(n), static_cast<int>(m),
+                                 static_cast<int>(k), &alpha, b, type, static_cast<int>(ldb),
+                                 static_cast<long long>(stride_b), a, type, static_cast<int>(lda),
+                                 static_cast<long long>(stride_a), &beta, c, type, static_cast<int>(ldc),
+                                 static_cast<long long>(stride_c), static_cast<int>(count), compute,
+                                 CUBLAS_GEMM_DEFAULT),
+      "cublasGemmStridedBatchedEx");
+}
+
 }  // namespace backend
 }  // namespace typemesh

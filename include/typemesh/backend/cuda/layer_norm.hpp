@@ -3,7 +3,9 @@
 // together (cuda::block_fold) and then write its elements, neighbouring
 // threads neighbouring elements. Same formulas as the host's; the sums run
 // in the block's fixed order instead of column order, so the results agree
-// with the host's to rounding and are the same bits on every run.
+// with the host's to rounding and are the same bits on every run. The
+// backward's two row sums (dy and dy * x_hat) share one pass; the
+// forward's mean and variance cannot (the variance's pass needs the mean).
 #pragma once
 
 #include <cmath>
@@ -15,6 +17,28 @@
 namespace typemesh::backend {
 
 namespace cuda {
+// Two sums folded in one pass over a row: each component sees the same
+// additions in the same order as a block_fold of its own, so the bits are
+// those of two folds, for one read of the row instead of two.
+template <class T>
+struct sum_pair {
+  T first, second;
+};
+template <class T>
+struct plus_pairs {
+  __device__ sum_pair<T> operator()(sum_pair<T> a, sum_pair<T> b) const {
+    return {a.first + b.first, a.second + b.second};
+  }
+};
+
+// A row's sum(dy) and sum(dy * x_hat), in one pass.
+template <class T>
+__device__ sum_pair<T> gradient_row_sums(const T* gr, const T* xr, std::int64_t held) {
+  return block_fold<sum_pair<T>>(
+      held, [=](std::int64_t v) { return sum_pair<T>{gr[v], gr[v] * xr[v]}; }, sum_pair<T>{T{0}, T{0}},
+      plus_pairs<T>{});
+}
+
 template <class T>
 struct layer_norm_partial_sums_row {
   const T* x;
@@ -71,11 +95,10 @@ struct layer_norm_gradient_sums_row {
   __device__ void operator()(std::int64_t r) const {
     const T* gr = dy + r * g.held;
     const T* xr = x_hat + r * g.held;
-    const T sum = block_fold<T>(g.held, [=](std::int64_t v) { return gr[v]; }, T{0}, plus<T>{});
-    const T dot = block_fold<T>(g.held, [=](std::int64_t v) { return gr[v] * xr[v]; }, T{0}, plus<T>{});
+    const sum_pair<T> both = gradient_row_sums(gr, xr, g.held);
     if (threadIdx.x == 0) {
-      sums[r] = sum;
-      sums[g.rows + r] = dot;
+      sums[r] = both.first;
+      sums[g.rows + r] = both.second;
     }
   }
 };
@@ -93,8 +116,9 @@ struct layer_norm_gradient_row {
     const T* xr = x_hat + r * g.held;
     T sum, dot;
     if (sums == nullptr) {
-      sum = block_fold<T>(g.held, [=](std::int64_t v) { return gr[v]; }, T{0}, plus<T>{});
-      dot = block_fold<T>(g.held, [=](std::int64_t v) { return gr[v] * xr[v]; }, T{0}, plus<T>{});
+      const sum_pair<T> both = gradient_row_sums(gr, xr, g.held);
+      sum = both.first;
+      dot = both.second;
     } else {
       sum = sums[r];
       dot = sums[g.rows + r];

@@ -1,7 +1,8 @@
 // The softmax cross-entropy kernels of backend/softmax_cross_entropy.hpp on
 // the CUDA space: a row's maximum and sum on one block
-// (parallel_for_blocks and cuda::block_fold), the gradient one thread per
-// element. Same formulas as the host's; sums in the block's fixed order.
+// (parallel_for_blocks and cuda::block_fold), the gradient a block per row
+// too where rows fill a block (else a thread per element). Same formulas
+// as the host's; sums in the block's fixed order.
 #pragma once
 
 #include <cmath>
@@ -59,6 +60,29 @@ struct softmax_cross_entropy_gradient_element {
     dx[i] = dy[r] * (v == static_cast<std::int64_t>(label[r]) - g.first ? p - T{1} : p);
   }
 };
+
+// A row on one block: the row's label, lse and dy read once, the threads
+// walking its columns side by side (no division per element).
+template <class T, class I>
+struct softmax_cross_entropy_gradient_row {
+  const T* x;
+  const I* label;
+  const T* lse;
+  const T* dy;
+  T* dx;
+  softmax_rows g;
+  __device__ void operator()(std::int64_t r) const {
+    const std::int64_t c = static_cast<std::int64_t>(label[r]) - g.first;
+    const T shift = lse[r], d = dy[r];
+    const T* row = x + r * g.held;
+    T* out = dx + r * g.held;
+#pragma unroll 4
+    for (std::int64_t v = threadIdx.x; v < g.held; v += blockDim.x) {
+      const T p = std::exp(row[v] - shift);
+      out[v] = d * (v == c ? p - T{1} : p);
+    }
+  }
+};
 }  // namespace cuda
 
 template <class T>
@@ -74,7 +98,13 @@ void softmax_shifted_sums(cuda_space s, const T* x, const I* label, const T* top
 template <class T, class I>
 void softmax_cross_entropy_gradient(cuda_space s, const T* x, const I* label, const T* lse, const T* dy, T* dx,
                                     softmax_rows g) {
-  parallel_for(s, g.rows * g.held, cuda::softmax_cross_entropy_gradient_element<T, I>{x, label, lse, dy, dx, g});
+  // Rows shorter than a block would leave most of its threads idle: a
+  // thread per element there.
+  if (g.held >= cuda::threads_per_block) {
+    parallel_for_blocks(s, g.rows, cuda::softmax_cross_entropy_gradient_row<T, I>{x, label, lse, dy, dx, g});
+  } else {
+    parallel_for(s, g.rows * g.held, cuda::softmax_cross_entropy_gradient_element<T, I>{x, label, lse, dy, dx, g});
+  }
 }
 
 }  // namespace typemesh::backend
