@@ -109,9 +109,23 @@ auto binary(const char* what, const tensor<T, SA, LA, MA>& a, const tensor<T, SB
       if constexpr (Linear) {
         backend::map(g.space(), dy.data(), g.data(), g.local_size(), linear_contribution<decltype(d_of)>{d_of});
       } else {
-        const auto ab = broadcast_apply<Out, OutL>(*av, *bv, s, backend::first_of{});
-        const auto bb = broadcast_apply<Out, OutL>(*av, *bv, s, backend::second_of{});
-        backend::zip3(g.space(), ab.data(), bb.data(), dy.data(), g.data(), g.local_size(), d_of);
+        // Each operand spread over the output's elements: itself where it is
+        // already shaped and laid out as the output (x_hat in layer norm's
+        // x_hat * scale), else a broadcast copy.
+        std::optional<out_t> ab, bb;
+        const T* pa = nullptr;
+        const T* pb = nullptr;
+        if constexpr (std::is_same_v<SA, Out> && std::is_same_v<canonical<SA, LA>, OutL>) {
+          pa = av->data();
+        } else {
+          pa = ab.emplace(broadcast_apply<Out, OutL>(*av, *bv, s, backend::first_of{})).data();
+        }
+        if constexpr (std::is_same_v<SB, Out> && std::is_same_v<canonical<SB, LB>, OutL>) {
+          pb = bv->data();
+        } else {
+          pb = bb.emplace(broadcast_apply<Out, OutL>(*av, *bv, s, backend::second_of{})).data();
+        }
+        backend::zip3(g.space(), pa, pb, dy.data(), g.data(), g.local_size(), d_of);
       }
       return g;
     };
