@@ -16,8 +16,9 @@
 // ahead of the data), against MPI_Send/MPI_Recv on the same buffers.
 // What typemesh adds on top of MPI is what the ratio shows: the argument
 // checks and byte counts of typemesh::device, its own communicator (a
-// duplicate of the world), and a nonblocking collective polled until a
-// timeout instead of a blocking call.
+// duplicate of the world), and nonblocking calls polled until a timeout
+// instead of a blocking call (point-to-point messages for reductions and
+// small calls, MPI's nonblocking collectives otherwise).
 //
 // Method. Per (operation, size): one untimed warm-up call of typemesh and one
 // of raw MPI, each result checked; then timed repetitions that alternate
