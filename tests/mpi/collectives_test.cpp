@@ -152,7 +152,10 @@ void expect_same_traffic(const std::vector<typemesh::traffic>& host, const std::
 
 void check_partition(const partition& part) {
   const int n = world_size();
-  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1000}}) {
+  // Small calls (one point-to-point round, up to 2 KiB of allreduce and 64
+  // KiB of allgather/alltoall result) and larger ones (two phases, MPI's
+  // nonblocking collectives).
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1000}, std::size_t{20000}}) {
     auto [host, mpi] = on_both(n, [&](device& dev) { return every_collective(dev, part, count); });
     expect_same_traffic(host, mpi);
   }
