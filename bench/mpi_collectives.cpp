@@ -10,10 +10,15 @@
 // the reference: MPI_Allreduce (MPI_FLOAT, MPI_SUM), MPI_Allgather and
 // MPI_Alltoall on MPI_COMM_WORLD, blocking, from and into the very same
 // buffers. Sizes are 1 KiB, 4 KiB, ..., 64 MiB (powers of 2 with --pow2).
+// Point to point, devices 0 and 1 play ping-pong (device 0 sends, device 1
+// returns what it received): through dev.send/dev.recv (a program tag) and
+// dev.send_labelled/recv_labelled (the conversions' path: a label message
+// ahead of the data), against MPI_Send/MPI_Recv on the same buffers.
 // What typemesh adds on top of MPI is what the ratio shows: the argument
 // checks and byte counts of typemesh::device, its own communicator (a
-// duplicate of the world), and a nonblocking collective polled until a
-// timeout instead of a blocking call.
+// duplicate of the world), and nonblocking calls polled until a timeout
+// instead of a blocking call (point-to-point messages for reductions and
+// small calls, MPI's nonblocking collectives otherwise).
 //
 // Method. Per (operation, size): one untimed warm-up call of typemesh and one
 // of raw MPI, each result checked; then timed repetitions that alternate
@@ -34,11 +39,13 @@
 // (bench.mpi_collectives_quick) asserts: never a time.
 //
 // Columns of the table (printed by rank 0):
-//   op        the collective
+//   op        the collective, or pingpong / labelled (point to point)
 //   size      bytes of each device's result buffer (allreduce and alltoall:
-//             the input is as big; allgather: each device contributes size/N)
+//             the input is as big; allgather: each device contributes size/N;
+//             pingpong, labelled: each message)
 //   reps      timed repetitions of each side
-//   typemesh  median time of one typemesh call (dev.allreduce<float> etc.)
+//   typemesh  median time of one typemesh call (dev.allreduce<float> etc.;
+//             point to point: one round trip)
 //   raw MPI   median time of one raw MPI call on the same buffers
 //   tm GB/s   algorithm bandwidth of typemesh: size / typemesh time
 //   raw GB/s  algorithm bandwidth of raw MPI: size / raw MPI time
@@ -129,13 +136,17 @@ std::vector<std::size_t> sizes(const options& o) {
   return v;
 }
 
-enum class what { allreduce, allgather, alltoall };
+enum class what { allreduce, allgather, alltoall, pingpong, labelled };
+
+constexpr bool point_to_point(what w) { return w == what::pingpong || w == what::labelled; }
 
 constexpr std::string_view name_of(what w) {
   switch (w) {
     case what::allreduce: return "allreduce";
     case what::allgather: return "allgather";
     case what::alltoall: return "alltoall";
+    case what::pingpong: return "pingpong";
+    case what::labelled: return "labelled";
   }
   return "?";
 }
@@ -179,7 +190,8 @@ class bench_rank {
 
   // Elements of the result buffer (the input's too, but for allgather).
   std::size_t result_elements(what w, std::size_t bytes) const {
-    return w == what::allreduce ? bytes / sizeof(float) : block(bytes) * static_cast<std::size_t>(ranks_);
+    if (w == what::allreduce || point_to_point(w)) return bytes / sizeof(float);
+    return block(bytes) * static_cast<std::size_t>(ranks_);
   }
 
   row run(what w, std::size_t bytes) {
@@ -233,6 +245,20 @@ class bench_rank {
       case what::alltoall:
         dev_.alltoall<float>(all_, std::span<const float>(in, n), std::span<float>(out, n));
         break;
+      case what::pingpong:
+        if (id_ == 0) dev_.send<const float>(1, std::span<const float>(in, n)), dev_.recv<float>(1, std::span<float>(out, n));
+        if (id_ == 1) dev_.recv<float>(0, std::span<float>(out, n)), dev_.send<float>(0, std::span<float>(out, n));
+        break;
+      case what::labelled:
+        if (id_ == 0) {
+          dev_.send_labelled<const float>("ping", 1, std::span<const float>(in, n));
+          dev_.recv_labelled<float>("pong", 1, std::span<float>(out, n));
+        }
+        if (id_ == 1) {
+          dev_.recv_labelled<float>("ping", 0, std::span<float>(out, n));
+          dev_.send_labelled<float>("pong", 0, std::span<float>(out, n));
+        }
+        break;
     }
     touch(out);
   }
@@ -253,6 +279,17 @@ class bench_rank {
       case what::alltoall:
         MPI_Alltoall(in, b, MPI_FLOAT, out, b, MPI_FLOAT, MPI_COMM_WORLD);
         break;
+      case what::pingpong:
+      case what::labelled:
+        if (id_ == 0) {
+          MPI_Send(in, count, MPI_FLOAT, 1, 0, MPI_COMM_WORLD);
+          MPI_Recv(out, count, MPI_FLOAT, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+        if (id_ == 1) {
+          MPI_Recv(out, count, MPI_FLOAT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          MPI_Send(out, count, MPI_FLOAT, 0, 0, MPI_COMM_WORLD);
+        }
+        break;
     }
     touch(out);
   }
@@ -268,6 +305,8 @@ class bench_rank {
       }
       case what::allgather: return input_value(static_cast<int>(i / b), i % b);
       case what::alltoall: return input_value(static_cast<int>(i / b), static_cast<std::size_t>(id_) * b + i % b);
+      case what::pingpong:
+      case what::labelled: return id_ <= 1 ? input_value(0, i) : -1.0f;  // devices 2.. take no part
     }
     return 0;
   }
@@ -285,6 +324,7 @@ class bench_rank {
       }
     };
     for (std::size_t i = 0; i < n; i += stride) one(i);
+    if (point_to_point(w)) return one(n - 1);
     for (int r = 0; r < ranks_; ++r) one(r * b), one(r * b + b - 1);
   }
 
@@ -322,12 +362,15 @@ void print_machine(int rank, int ranks) {
 void print_legend(const options& opt, int ranks) {
   std::printf(
       "typemesh MPI backend: collectives over %d ranks vs the raw MPI calls, same run, same buffers\n"
-      "  op        collective over the group of all %d devices (allreduce: sum of float)\n"
+      "  op        collective over the group of all %d devices (allreduce: sum of float);\n"
+      "            pingpong / labelled: device 0 sends to device 1, which sends it back, through\n"
+      "            dev.send/recv (a tag) / dev.send_labelled/recv_labelled (the conversions' path)\n"
       "  size      bytes of each device's result buffer (allgather: each device sends size/%d)\n"
       "  reps      timed repetitions of each side (at least %d, and at least %.0f ms of timed work each),\n"
       "            typemesh and raw MPI alternating\n"
       "  typemesh  MEDIAN time of dev.allreduce<float> / allgather<float> / alltoall<float>\n"
       "  raw MPI   MEDIAN time of MPI_Allreduce(MPI_FLOAT, MPI_SUM) / MPI_Allgather / MPI_Alltoall\n"
+      "            / MPI_Send+MPI_Recv ping-pong\n"
       "            on MPI_COMM_WORLD; each call timed from an MPI_Barrier, slowest rank's time\n"
       "  tm GB/s   size / typemesh time                        [GB/s per device]\n"
       "  raw GB/s  size / raw MPI time                         [GB/s per device]\n"
@@ -356,8 +399,9 @@ int run_benchmark(const options& opt) {
   typemesh::launch(ranks, [&](typemesh::device& dev) {
     bench_rank b(dev, opt);
     for (std::size_t bytes : sizes(opt)) {
-      for (what w : {what::allreduce, what::allgather, what::alltoall}) {
-        if (b.block(bytes) == 0 && w != what::allreduce) continue;  // more ranks than floats
+      for (what w : {what::allreduce, what::allgather, what::alltoall, what::pingpong, what::labelled}) {
+        if (b.block(bytes) == 0 && (w == what::allgather || w == what::alltoall)) continue;  // more ranks than floats
+        if (point_to_point(w) && ranks < 2) continue;
         const row r = b.run(w, bytes);
         if (dev.id() != 0) continue;
         const double moved = static_cast<double>(b.result_elements(w, bytes) * sizeof(float));

@@ -5,6 +5,7 @@
 //
 //   --fail=throw    rank 2 throws while the others wait: the job must end
 //   --fail=timeout  rank 1 never joins an allreduce: rank 0 times out, job ends
+//   --fail=timeout_small  the same with a one-float allgather
 //   --fail=crash    rank 2 dies of SIGSEGV: its crash line, and the job ends
 //   --fail=kill     rank 2 is killed (SIGKILL): the launcher ends the job
 //   --fail=finished rank 0 returns while rank 1 waits for its message: at once
@@ -151,7 +152,10 @@ void expect_same_traffic(const std::vector<typemesh::traffic>& host, const std::
 
 void check_partition(const partition& part) {
   const int n = world_size();
-  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1000}}) {
+  // Small calls (one point-to-point round, up to 2 KiB of allreduce and 64
+  // KiB of allgather/alltoall result) and larger ones (two phases, MPI's
+  // nonblocking collectives).
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1000}, std::size_t{20000}}) {
     auto [host, mpi] = on_both(n, [&](device& dev) { return every_collective(dev, part, count); });
     expect_same_traffic(host, mpi);
   }
@@ -413,8 +417,27 @@ TEST(MpiFailures, RecvTimesOutAndWrongSizesAreNamed) {
       expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, w, 4); },
                                                {"device 1 expects 5 f32 from device 0 (tag 4)", "holds 12 bytes"});
     }
+    if (dev.id() == 0) dev.send<float>(1, w, 4);
+    if (dev.id() == 1) {
+      expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, v, 4); },
+                                               {"device 1 expects 3 f32 from device 0 (tag 4)", "more than 12 bytes"});
+    }
     expect_error<typemesh::device_error>([&] { dev.send<float>((dev.id() + 1) % n, v, -1); }, {"tag -1"});
-    dev.barrier(group{{0, 1}, "pair"}.index_of(dev.id()) >= 0 ? group{{0, 1}, "pair"} : group{{dev.id()}, "alone"});
+    const group pair{{0, 1}, "pair"};
+    const group mine = pair.index_of(dev.id()) >= 0 ? pair : group{{dev.id()}, "alone"};
+    // A receive that timed out is withdrawn: the message sent after it goes
+    // to the next receive, and the first one's buffer stays as it was.
+    std::vector<float> first(2, -1.0f), second(2, -1.0f);
+    if (dev.id() == 1) expect_error<typemesh::timeout_error>([&] { dev.recv<float>(0, first, 7); }, {"(tag 7) timed out"});
+    dev.barrier(mine);
+    std::vector<float> sent{5.0f, 6.0f};
+    if (dev.id() == 0) dev.send<float>(1, sent, 7);
+    if (dev.id() == 1) {
+      dev.recv<float>(0, second, 7);
+      EXPECT_EQ(second, sent);
+      EXPECT_EQ(first, (std::vector<float>{-1.0f, -1.0f}));
+    }
+    dev.barrier(mine);
   });
 }
 
@@ -519,6 +542,14 @@ int fail(const std::string& how) {
       std::vector<float> v(4, 1.0f);
       if (dev.id() == 1) std::this_thread::sleep_for(20s);  // never joins
       else dev.allreduce<float>(group{{0, 1}, "pair"}, v);
+    });
+  } else if (how == "timeout_small") {
+    // A small allgather is point to point (no MPI collective): its wait
+    // keeps the deadline too.
+    launch({.devices = n, .timeout = 300ms}, [&](device& dev) {
+      std::vector<float> one(1, 1.0f), two(2);
+      if (dev.id() == 1) std::this_thread::sleep_for(20s);  // never joins
+      else if (dev.id() == 0) dev.allgather<float>(group{{0, 1}, "pair"}, one, two);
     });
   } else if (how == "crash" || how == "kill") {
     launch(n, [&](device& dev) {

@@ -5,9 +5,10 @@
 #   mpi.collectives_4, mpi.collectives_8: collectives_test.cpp (GoogleTest) on
 #     4 and 8 ranks, oversubscribed and allowed as root (CI runs as root on 2
 #     cores; the launcher's flags are in cmake/typemesh_mpiexec.cmake).
-#   mpi.abort_4, mpi.timeout_2, mpi.crash_4, mpi.kill_4: a throwing rank, a
-#     collective a member never joins, a crashing rank and a killed rank end
-#     the whole job with a message naming the rank instead of a hang.
+#   mpi.abort_4, mpi.timeout_2, mpi.timeout_small_2, mpi.crash_4, mpi.kill_4:
+#     a throwing rank, a collective a member never joins (allreduce; a small
+#     allgather), a crashing rank and a killed rank end the whole job with a
+#     message naming the rank instead of a hang.
 #   mpi.finished_2, mpi.leftover_2, mpi.skip_transfer_4: a recv from a rank
 #     that has returned fails at once, a message nobody received is named at
 #     the end, a skipped replace_mesh is named by the next one.
@@ -46,6 +47,10 @@ block(SCOPE_FOR VARIABLES)
     COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=timeout ${MPIEXEC_POSTFLAGS})
   set_tests_properties(mpi.timeout_2 PROPERTIES LABELS mpi TIMEOUT 60
     PASS_REGULAR_EXPRESSION "rank 0 \\(device 0 of 2\\) failed: typemesh: allreduce over group \\[0 1\\] \\(pair\\) on device 0 timed out after 300 ms")
+  add_test(NAME mpi.timeout_small_2
+    COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=timeout_small ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(mpi.timeout_small_2 PROPERTIES LABELS mpi TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "rank 0 \\(device 0 of 2\\) failed: typemesh: allgather over group \\[0 1\\] \\(pair\\) on device 0 timed out after 300 ms")
   typemesh_mpiexec(_mpiexec 4)
   add_test(NAME mpi.crash_4
     COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=crash ${MPIEXEC_POSTFLAGS})

@@ -13,9 +13,11 @@
 namespace typemesh::detail {
 
 // out[i] = in[0][offset + i] op in[1][offset + i] op ... for i < n, folded
-// left to right. out may be in[0] + offset, but no other input.
-template <class T>
-void reduce_in_member_order(T* out, const std::vector<const T*>& in, std::size_t offset, std::size_t n, reduce_op op) {
+// left to right. out may be in[0] + offset, but no other input. `in` is any
+// sized random-access range of const T* (a vector, or a span over a small
+// array on the stack for a caller that avoids allocating per call).
+template <class T, class Inputs = std::vector<const T*>>
+void reduce_in_member_order(T* out, const Inputs& in, std::size_t offset, std::size_t n, reduce_op op) {
   if (n == 0) return;  // an empty chunk's pointers may be null
   if (out != in[0] + offset) std::memcpy(out, in[0] + offset, n * sizeof(T));
   for (std::size_t j = 1; j < in.size(); ++j) {

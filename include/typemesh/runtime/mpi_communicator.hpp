@@ -12,13 +12,18 @@
 // each member receives its chunk from every member and folds the pieces in
 // member order, as the host backend does, so float results are bit-identical
 // on both backends (MPI's own reductions choose their order).
+// Small calls (small_bytes) are point to point too, in one round: a small
+// allreduce sends every member the whole input and each folds all of it in
+// member order (same bits, half the latency of two phases); a small
+// allgather or alltoall skips the nonblocking-collective machinery, whose
+// set-up costs more than moving a kilobyte.
 //
 // Nothing waits forever: every wait polls its request until the launch
 // timeout and then throws timeout_error naming the collective, the group and
 // this device. MPI cannot cancel a collective, so after a timed-out
 // collective only MPI_Abort ends the job cleanly; launch does exactly that for
 // any exception that leaves the program's function. A timed-out recv is
-// cancelled cleanly (it probes before it receives).
+// cancelled cleanly (MPI_Cancel of the posted receive).
 //
 // Not detected here (the host backend detects it): members calling different
 // collectives or counts. MPI leaves that erroneous; it shows up as a timeout,
@@ -28,6 +33,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -35,6 +41,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -102,6 +109,10 @@ class mpi_state {
     MPI_Comm_size(world_, &size_);
     sent_to_.assign(size_, 0);
     received_from_.assign(size_, 0);
+    void* ub = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(world_, MPI_TAG_UB, &ub, &found);
+    tag_ub_ = found ? *static_cast<int*>(ub) : 32767;
     // The ranks on this node: more than its cores, and spinning would starve them.
     MPI_Comm node = MPI_COMM_NULL;
     check(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
@@ -145,6 +156,7 @@ class mpi_state {
   MPI_Comm comm_of_tag(int tag) const { return tag == detail::labelled_tag ? labelled_ : world_; }
   static int mpi_tag(int tag) { return tag == detail::labelled_tag ? 0 : tag; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  int tag_ub() const { return tag_ub_; }
 
   // The communicator of g: rank m is member m. Collectives never use world(),
   // which carries the program's send/recv, so their messages cannot meet.
@@ -184,6 +196,24 @@ class mpi_state {
     });
   }
 
+  // Polls requests [0, count) until all complete (true) or `timeout` passes (false).
+  bool wait_all(MPI_Request* requests, int count, std::chrono::milliseconds timeout) {
+    return poll_for(timeout, [&] {
+      int done = 0;
+      check(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+      return done != 0;
+    });
+  }
+
+  // poll_until with the deadline `timeout` from now, but the clock is read
+  // only when the first polls fail: a small call is done before that.
+  template <class Ready>
+  bool poll_for(std::chrono::milliseconds timeout, Ready ready) const {
+    for (int i = 0; i < 16; ++i)
+      if (ready()) return true;
+    return poll_until(std::chrono::steady_clock::now() + timeout, ready);
+  }
+
   // Calls ready() until it returns true (true) or the deadline passes
   // (false). Like a blocking MPI call it spins, which is what keeps small
   // messages fast; but only for a while, and not at all when this node runs
@@ -215,6 +245,12 @@ class mpi_state {
   }
 
   std::chrono::steady_clock::time_point deadline() const { return std::chrono::steady_clock::now() + timeout_; }
+
+  // Reusable room for `count` requests, all MPI_REQUEST_NULL.
+  MPI_Request* requests(std::size_t count) {
+    requests_.assign(count, MPI_REQUEST_NULL);
+    return requests_.data();
+  }
 
   // Keeps a copy of the message alive until MPI has sent it.
   void post(int to, const void* in, std::size_t count, dtype t, int tag) {
@@ -377,6 +413,8 @@ class mpi_state {
   int notice_payload_ = 1;
   std::unique_ptr<std::byte[]> scratch_;
   std::size_t scratch_size_ = 0;
+  std::vector<MPI_Request> requests_;
+  int tag_ub_ = 32767;
 };
 
 // This process's device; a model of typemesh::communicator.
@@ -391,9 +429,35 @@ class mpi_communicator {
 
   // Phase 1 (a reduce-scatter) leaves chunk `me` reduced on member me; phase 2
   // (an allgather) sends it to every member. Chunks as the host backend's.
+  // Up to this many bytes of a device's result, allgather and alltoall take
+  // one round of point-to-point messages (see the top).
+  static constexpr std::size_t small_bytes = 64 * 1024;
+  // Up to this many bytes, allreduce takes one round. Its messages are the
+  // whole input, so the limit stays below shared-memory transports' eager
+  // limit (4 KiB in Open MPI): past it a message waits for the receiver's
+  // handshake, and two rounds of smaller pieces are faster.
+  static constexpr std::size_t small_reduce_bytes = 2 * 1024;
+
   void allreduce(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
     with_dtype(t, [&]<class T>() {
       const std::size_t gs = g.size(), me = g.index_of(device());
+      if (n * sizeof(T) <= small_reduce_bytes) {
+        // Every member receives every member's whole input and folds it in
+        // member order: the two-phase result, bit for bit, in one round.
+        const T* src = static_cast<const T*>(in);
+        T* slots = reinterpret_cast<T*>(s_->scratch(gs * n * sizeof(T)));
+        if (src == out && n) src = static_cast<const T*>(std::memcpy(slots + me * n, src, n * sizeof(T)));
+        // No allocation for groups of up to 16 (a heap block costs a few
+        // percent of a 1 KiB call).
+        std::array<const T*, 16> few;
+        std::vector<const T*> many(gs > few.size() ? gs : 0);
+        const std::span<const T*> pieces = gs > few.size() ? std::span<const T*>(many) : std::span<const T*>(few.data(), gs);
+        for (std::size_t j = 0; j < gs; ++j) pieces[j] = j == me ? src : slots + j * n;
+        one_round("allreduce", g, small_reduce_tag, t, n, [&](std::size_t j) { return slots + j * n; },
+                  [&](std::size_t) { return src; });
+        detail::reduce_in_member_order<T>(static_cast<T*>(out), pieces, 0, n, op);
+        return;
+      }
       auto begin = [&](std::size_t j) { return j * n / gs; };
       const std::size_t own = begin(me + 1) - begin(me);
       const T* src = static_cast<const T*>(in);
@@ -426,6 +490,14 @@ class mpi_communicator {
   }
 
   void allgather(const group& g, const void* in, void* out, std::size_t n, dtype t) {
+    const std::size_t gs = g.size(), bytes = n * size_of(t);
+    if (gs * bytes <= small_bytes) {
+      std::byte* dst = static_cast<std::byte*>(out);
+      if (bytes) std::memcpy(dst + g.index_of(device()) * bytes, in, bytes);
+      one_round("allgather", g, small_gather_tag, t, n, [&](std::size_t j) { return dst + j * bytes; },
+                [&](std::size_t) { return in; });
+      return;
+    }
     const MPI_Datatype type = detail::mpi_datatype(t);
     collective("allgather", g, [&](MPI_Comm c, MPI_Request* r) {
       return MPI_Iallgather(in, count(n), type, out, count(n), type, c, r);
@@ -451,6 +523,16 @@ class mpi_communicator {
   }
 
   void alltoall(const group& g, const void* in, void* out, std::size_t n, dtype t) {
+    const std::size_t gs = g.size(), bytes = n * size_of(t);
+    if (gs * bytes <= small_bytes) {
+      const std::byte* src = static_cast<const std::byte*>(in);
+      std::byte* dst = static_cast<std::byte*>(out);
+      const std::size_t me = g.index_of(device());
+      if (bytes) std::memcpy(dst + me * bytes, src + me * bytes, bytes);
+      one_round("alltoall", g, small_alltoall_tag, t, n, [&](std::size_t j) { return dst + j * bytes; },
+                [&](std::size_t j) { return src + j * bytes; });
+      return;
+    }
     const MPI_Datatype type = detail::mpi_datatype(t);
     collective("alltoall", g, [&](MPI_Comm c, MPI_Request* r) {
       return MPI_Ialltoall(in, count(n), type, out, count(n), type, c, r);
@@ -468,55 +550,69 @@ class mpi_communicator {
     s_->post(to, in, n, t, tag);
   }
 
+  // The receive is posted at once, so the message lands in `out` without
+  // a stop in MPI's queue of unexpected messages (a copy, and slower for
+  // messages that need a handshake); a receive that times out or whose
+  // sender has finished is cancelled.
   void recv(int from, void* out, std::size_t n, dtype t, int tag) {
     check_tag(tag);
-    const auto deadline = s_->deadline();
-    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Request request = MPI_REQUEST_NULL;
+    s_->check(MPI_Irecv(out, count(n), detail::mpi_datatype(t), from, mpi_state::mpi_tag(tag), s_->comm_of_tag(tag),
+                        &request),
+              "MPI_Irecv");
     MPI_Status status;
+    bool truncated = false;
+    auto done = [&] {
+      int flag = 0;
+      const int rc = MPI_Test(&request, &flag, &status);
+      if (rc == MPI_SUCCESS) return flag != 0;
+      int error_class = 0;
+      MPI_Error_class(rc, &error_class);
+      if (error_class != MPI_ERR_TRUNCATE) s_->check(rc, "MPI_Test");
+      MPI_Request_free(&request);  // a request that failed stays allocated
+      truncated = true;
+      return true;
+    };
     bool sender_finished = false;
     long polls = 0;
-    const bool arrived = s_->poll_until(deadline, [&] {
-      int found = 0;
-      auto probe = [&] {
-        s_->check(MPI_Improbe(from, mpi_state::mpi_tag(tag), s_->comm_of_tag(tag), &found, &message, &status),
-                  "MPI_Improbe");
-        return found != 0;
-      };
-      if (probe()) return true;
+    const bool arrived = s_->poll_for(s_->timeout(), [&] {
+      if (done()) return true;
       if (++polls % 256 == 0 && s_->has_finished(from)) {
-        sender_finished = !probe();  // what it sent came before its notice
+        sender_finished = !done();  // what it sent came before its notice
         return true;
       }
       return false;
     });
-    if (sender_finished) {
-      throw collective_error(detail::cat("recv on device ", device(), " from device ", from, " (",
-                                         detail::describe_tag(tag), "): device ", from,
-                                         " has already finished the program without sending it"));
+    if (sender_finished || !arrived) {
+      // The message may have come meanwhile: then the cancel fails and the
+      // receive stands. Either way it ends locally.
+      MPI_Cancel(&request);
+      int cancelled = 1;
+      if (s_->poll_for(s_->timeout(), done)) {
+        if (truncated) cancelled = 0;  // it came, too large: named below
+        else MPI_Test_cancelled(&status, &cancelled);
+      }
+      if (cancelled && sender_finished) {
+        throw collective_error(detail::cat("recv on device ", device(), " from device ", from, " (",
+                                           detail::describe_tag(tag), "): device ", from,
+                                           " has already finished the program without sending it"));
+      }
+      if (cancelled) {
+        throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (",
+                                        detail::describe_tag(tag), ") timed out after ", s_->timeout().count(),
+                                        " ms: no message arrived"));
+      }
     }
-    if (!arrived) {
-      throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (",
-                                      detail::describe_tag(tag), ") timed out after ", s_->timeout().count(),
-                                      " ms: no message arrived"));
-    }
-    int bytes = 0;
-    MPI_Get_count(&status, MPI_BYTE, &bytes);
-    const std::size_t expected = n * size_of(t);
-    MPI_Request request = MPI_REQUEST_NULL;
-    if (static_cast<std::size_t>(bytes) != expected) {
-      std::vector<std::byte> sink(std::max(bytes, 1));  // the message is matched: take it off the queue
-      MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
-      s_->count_received(from);
-      throw collective_error(detail::cat("device ", device(), " expects ", n, " ", name_of(t), " from device ", from,
-                                         " (", detail::describe_tag(tag), "), but the message holds ", bytes, " bytes (",
-                                         bytes / static_cast<int>(size_of(t)), " ", name_of(t), ")"));
-    }
-    s_->check(MPI_Imrecv(out, count(n), detail::mpi_datatype(t), &message, &request), "MPI_Imrecv");
     s_->count_received(from);
-    if (!s_->wait(request, deadline)) {
-      throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (",
-                                      detail::describe_tag(tag), ") timed out after ", s_->timeout().count(),
-                                      " ms while the message arrived"));
+    int bytes = 0;
+    if (!truncated) MPI_Get_count(&status, MPI_BYTE, &bytes);
+    const std::size_t expected = n * size_of(t);
+    if (truncated || static_cast<std::size_t>(bytes) != expected) {
+      const std::string holds =
+          truncated ? detail::cat("more than ", expected, " bytes")
+                    : detail::cat(bytes, " bytes (", bytes / static_cast<int>(size_of(t)), " ", name_of(t), ")");
+      throw collective_error(detail::cat("device ", device(), " expects ", n, " ", name_of(t), " from device ", from,
+                                         " (", detail::describe_tag(tag), "), but the message holds ", holds));
     }
   }
 
@@ -534,7 +630,7 @@ class mpi_communicator {
       throw collective_error(detail::cat(what, " over group ", detail::list(g.devices), " (", g.label, ") on device ",
                                          device(), " failed: ", detail::mpi_error_string(rc)));
     }
-    if (!s_->wait(request, s_->deadline())) throw collective_timeout(what, g);
+    if (!s_->wait_all(&request, 1, s_->timeout())) throw collective_timeout(what, g);
   }
 
   static int count(std::size_t n) { return mpi_state::mpi_count(n); }
@@ -555,6 +651,23 @@ class mpi_communicator {
   // nothing else point to point. Messages between two ranks with one tag
   // arrive in order, so consecutive collectives cannot mix.
   static constexpr int reduce_tag = 1, gather_tag = 2;
+  static constexpr int small_reduce_tag = 3, small_gather_tag = 4, small_alltoall_tag = 5;
+
+  // One round among g's members: n elements from every other member j into
+  // into(j), n elements of from(j) to it; receives posted first.
+  template <class Into, class From>
+  void one_round(std::string_view what, const group& g, int tag, dtype t, std::size_t n, Into into, From from) {
+    MPI_Comm comm = s_->comm_for(g);
+    const MPI_Datatype type = detail::mpi_datatype(t);
+    const int gs = g.size(), me = g.index_of(device()), c = count(n);
+    MPI_Request* requests = s_->requests(2 * static_cast<std::size_t>(gs - 1));
+    int r = 0;
+    for (int j = 0; j < gs; ++j)
+      if (j != me) s_->check(MPI_Irecv(into(j), c, type, j, tag, comm, &requests[r++]), "MPI_Irecv");
+    for (int j = 0; j < gs; ++j)
+      if (j != me) s_->check(MPI_Isend(from(j), c, type, j, tag, comm, &requests[r++]), "MPI_Isend");
+    if (!s_->wait_all(requests, r, s_->timeout())) throw collective_timeout(what, g);
+  }
 
   // Posts every receive, then every send, among g's members and waits for all.
   void exchange(std::string_view what, const group& g, int tag, dtype t, const std::vector<piece>& receives,
@@ -567,18 +680,13 @@ class mpi_communicator {
       s_->check(MPI_Irecv(p.data, count(p.count), type, p.member, tag, comm, &requests[r++]), "MPI_Irecv");
     for (const piece& p : sends)
       s_->check(MPI_Isend(p.data, count(p.count), type, p.member, tag, comm, &requests[r++]), "MPI_Isend");
-    const auto deadline = s_->deadline();
-    for (MPI_Request& request : requests) {
-      if (!s_->wait(request, deadline)) throw collective_timeout(what, g);
-    }
+    if (!s_->wait_all(requests.data(), static_cast<int>(requests.size()), s_->timeout()))
+      throw collective_timeout(what, g);
   }
 
   void check_tag(int tag) const {
     if (tag == detail::labelled_tag) return;
-    void* value = nullptr;
-    int found = 0;
-    MPI_Comm_get_attr(s_->world(), MPI_TAG_UB, &value, &found);
-    const int upper = found ? *static_cast<int*>(value) : 32767;
+    const int upper = s_->tag_ub();
     if (tag < 0 || tag > upper) {
       throw device_error(detail::cat("device ", device(), ": message tag ", tag, " is outside 0 to ", upper,
                                      " (MPI_TAG_UB)"));
