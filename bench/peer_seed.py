@@ -204,18 +204,24 @@ def torch_model(torch, network):
 
         class BasicConv(nn.Module):
             # A convolution with a bias, then a layer norm over the batch dim
-            # (the example's, after the reference), no activation.
+            # (the example's, after the reference), no activation. PyTorch's
+            # fused layer norm wants the normalised dim last: the batch is
+            # moved there and back (two copies), which was about a quarter
+            # faster here than torch.var_mean over dim 0 and four
+            # elementwise ops.
             def __init__(self, cin, cout, kh, kw, stride=1, same=False):
                 super().__init__()
                 pad = ((kh - 1) // 2, (kw - 1) // 2) if same else 0
                 self.conv = nn.Conv2d(cin, cout, (kh, kw), stride=stride, padding=pad)
-                self.scale = nn.Parameter(torch.ones(z["batch"], 1, 1, 1))
-                self.shift = nn.Parameter(torch.zeros(z["batch"], 1, 1, 1))
+                self.scale = nn.Parameter(torch.ones(z["batch"]))
+                self.shift = nn.Parameter(torch.zeros(z["batch"]))
 
             def forward(self, x):
                 y = self.conv(x)
-                var, mean = torch.var_mean(y, dim=0, correction=0, keepdim=True)
-                return (y - mean) * torch.rsqrt(var + LAYER_NORM_EPSILON) * self.scale + self.shift
+                n, c, h, w = y.shape
+                rows = y.permute(2, 3, 1, 0).reshape(h * w * c, n)
+                normed = F.layer_norm(rows, (n,), self.scale, self.shift, LAYER_NORM_EPSILON)
+                return normed.view(h, w, c, n).permute(3, 2, 0, 1).contiguous(memory_format=cl)
 
         def max_pool(stride, same=False):
             return nn.MaxPool2d(3, stride, padding=1 if same else 0)
