@@ -216,7 +216,7 @@ TEST(Conv2d, PointwiseFilter) {
   check_layouts<M2, layout<batch(a1)>, layout<k(a0)>>("batch and out-channels", {3, 2}, in, pointwise_case{});
 }
 
-// Float convolutions whose out-channels are a multiple of 16 run the host's
+// Float convolutions whose out-channels are a multiple of 16 (or 8) run the host's
 // direct kernels (backend/host/direct_conv.hpp) where the CPU has AVX2 or
 // AVX-512. Through conv2d, under layouts that split batch, in-channels and
 // out-channels (locally 16 each), the output and both gradients equal the

@@ -134,13 +134,16 @@ std::vector<float> run(product p, const be::conv_geometry& g, const std::vector<
 }
 
 // Whether `p` runs the direct kernels of `isa` with the limit at `isa`.
-bool takes_direct(product p, const be::conv_geometry& g, conv_isa isa) {
+// The instruction set the direct path runs product p with when limited to
+// `isa` (none: im2col).
+conv_isa direct_isa_of(product p, const be::conv_geometry& g, conv_isa isa) {
   const conv_isa before = be::host::direct_conv_limit().exchange(isa);
   const conv_isa got = p == product::image_grad ? be::direct_image_grad_isa<host_space, float>(g)
                                                 : be::direct_isa<host_space, float>(g);
   be::host::direct_conv_limit().store(before);
-  return got == isa;
+  return got;
 }
+bool takes_direct(product p, const be::conv_geometry& g, conv_isa isa) { return direct_isa_of(p, g, isa) == isa; }
 
 void expect_near(const std::vector<float>& got, const reference& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.value.size()) << what;
@@ -168,6 +171,8 @@ const conv_case cases[] = {
     {2, 4, 3, 80, 16, 5, 5, 1, 1, true},    // the image smaller than the filter
     {2, 12, 40, 64, 64, 3, 3, 1, 1, true},  // rows of several pixel blocks and a remainder
     {1, 6, 13, 16, 32, 3, 3, 1, 2, false},  // stride 1x2, VALID
+    {2, 9, 10, 24, 24, 3, 3, 1, 1, true},   // 24 channels: 8-lane vectors (AVX2's kernels) both ways
+    {1, 7, 7, 3, 40, 5, 5, 2, 2, true},     // 40 out-channels: 32 + 8, stride 2
 };
 
 TEST(DirectConv, MatchesSerialLoopsAndTheIm2colPathForEachInstructionSet) {
@@ -185,9 +190,14 @@ TEST(DirectConv, MatchesSerialLoopsAndTheIm2colPathForEachInstructionSet) {
       for (conv_isa isa : {conv_isa::avx2, conv_isa::avx512}) {
         if (isa > cpu) continue;
         const std::string what = describe(cs) + " " + name(p) + (isa == conv_isa::avx512 ? " AVX-512" : " AVX2");
-        const bool direct = takes_direct(p, g, isa);
-        // Every case is in the rule, but the image gradient's needs stride 1 and in-channels of whole vectors.
-        EXPECT_EQ(direct, p != product::image_grad || (cs.sh == 1 && cs.sw == 1 && cs.c % 16 == 0)) << what;
+        // Every case is in the rule, but the image gradient's needs stride 1 and in-channels of whole
+        // vectors; channels that are whole vectors of 8 but not of 16 take AVX2's kernels.
+        const std::int64_t lanes = p == product::image_grad ? cs.c : cs.k;
+        const bool in_rule = p != product::image_grad || (cs.sh == 1 && cs.sw == 1);
+        const conv_isa expected = !in_rule || lanes % 8 != 0 ? conv_isa::none
+                                  : lanes % 16 == 0          ? isa
+                                                             : std::min(isa, conv_isa::avx2);
+        EXPECT_EQ(direct_isa_of(p, g, isa), expected) << what;
         const std::vector<float> got = run(p, g, x, f, dy, isa, 1);
         expect_near(got, want, what);
         // The im2col path's result is within the same tolerance of the direct one's.
@@ -225,9 +235,12 @@ TEST(DirectConv, SameBitsAtOneTwoAndThreeThreads) {
 }
 
 TEST(DirectConv, ShapesOutsideTheRuleAndDoublesTakeIm2col) {
-  // 24 out-channels: not whole vectors of 16.
-  const be::conv_geometry g = geometry({1, 5, 5, 16, 24, 3, 3, 1, 1, true});
+  // 20 out-channels: not whole vectors of 8.
+  const be::conv_geometry g = geometry({1, 5, 5, 16, 20, 3, 3, 1, 1, true});
   EXPECT_EQ((be::direct_isa<host_space, float>(g)), conv_isa::none);
+  // 24: whole vectors of 8, so AVX2's kernels where the CPU has them.
+  EXPECT_EQ((be::direct_isa<host_space, float>(geometry({1, 5, 5, 16, 24, 3, 3, 1, 1, true}))),
+            std::min(be::host::detected_simd_isa(), conv_isa::avx2));
   EXPECT_EQ((be::direct_isa<host_space, double>(geometry({1, 5, 5, 16, 32, 3, 3, 1, 1, true}))), conv_isa::none);
   // Stride 2: the image gradient stays on col2im, the forward product does not.
   const be::conv_geometry strided = geometry({1, 8, 8, 16, 32, 3, 3, 2, 2, true});
@@ -237,7 +250,7 @@ TEST(DirectConv, ShapesOutsideTheRuleAndDoublesTakeIm2col) {
   const auto f = random_floats(std::size_t(g.h.size * g.w.size * g.channels * g.out_channels), 8);
   const auto dy = random_floats(std::size_t(g.images * g.h.out * g.w.out * g.out_channels), 9);
   expect_near(run(product::forward, g, x, f, dy, conv_isa::avx512, 1), naive(product::forward, g, x, f, dy),
-              "24 out-channels");
+              "20 out-channels");
 }
 
 }  // namespace

@@ -49,15 +49,21 @@ inline std::atomic<conv_isa>& direct_conv_limit() {
 
 inline conv_isa direct_conv_isa() { return std::min(detected_simd_isa(), direct_conv_limit().load()); }
 
-// The rule: out-channels a multiple of 16 (whole vectors of either width),
+// The instruction set for `channels` vector lanes: any with a multiple of
+// 16, AVX2 (8 lanes) with a multiple of 8, none otherwise.
+inline conv_isa direct_conv_isa_for(std::int64_t channels) {
+  if (channels % 16 == 0) return direct_conv_isa();
+  if (channels % 8 == 0) return std::min(direct_conv_isa(), conv_isa::avx2);
+  return conv_isa::none;
+}
+
+// The rule: out-channels a multiple of 8 (whole vectors; AVX-512 needs 16),
 // any filter size, stride and padding. The image gradient runs as a forward
 // convolution whose out-channels are the in-channels, so it needs stride 1
-// and in-channels a multiple of 16.
-inline conv_isa direct_conv_suits(const direct_conv_shape& s) {
-  return s.out_channels % 16 == 0 ? direct_conv_isa() : conv_isa::none;
-}
+// and in-channels a multiple of 8.
+inline conv_isa direct_conv_suits(const direct_conv_shape& s) { return direct_conv_isa_for(s.out_channels); }
 inline conv_isa direct_conv_image_grad_suits(const direct_conv_shape& s) {
-  return s.channels % 16 == 0 && s.stride_h == 1 && s.stride_w == 1 ? direct_conv_isa() : conv_isa::none;
+  return s.stride_h == 1 && s.stride_w == 1 ? direct_conv_isa_for(s.channels) : conv_isa::none;
 }
 
 #if TYPEMESH_DIRECT_CONV
@@ -188,7 +194,7 @@ template <class V, int NV, int CB>
 }
 
 // How one instruction set blocks the work: out-channels in blocks of `wide`
-// vectors, the rest (a multiple of 16) in blocks of `narrow`; `pixels`
+// vectors, the rest in blocks of one vector (`narrow`); `pixels`
 // output pixels per forward block, `channels` in-channels per filter-gradient
 // block (the rest in pairs, then singly). Sized so the accumulators and the
 // loaded vectors fit the registers.
@@ -196,16 +202,16 @@ template <class V, int Wide, int Pixels, int Channels>
 struct blocking {
   using vec = V;
   static constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(float));
-  static constexpr int wide = Wide, narrow = 16 / lanes, pixels = Pixels, channels = Channels;
-  static constexpr std::int64_t wide_width = std::int64_t{Wide} * lanes;
+  static constexpr int wide = Wide, narrow = 1, pixels = Pixels, channels = Channels;
+  static constexpr std::int64_t wide_width = std::int64_t{Wide} * lanes, narrow_width = lanes;
 };
 using avx512_blocking = blocking<v16, 4, 6, 6>;  // 24 accumulators of 32 registers
 using avx2_blocking = blocking<v8, 4, 3, 3>;     // 12 accumulators of 16 registers
 
-// Out-channel blocks: k / wide_width wide ones, then 16 wide ones.
+// Out-channel blocks: k / wide_width wide ones, then narrow ones.
 template <class B>
 inline std::int64_t out_blocks(std::int64_t k) {
-  return k / B::wide_width + (k % B::wide_width) / 16;
+  return k / B::wide_width + (k % B::wide_width) / B::narrow_width;
 }
 template <class B>
 inline bool wide_block(std::int64_t block, std::int64_t k) {
@@ -214,7 +220,7 @@ inline bool wide_block(std::int64_t block, std::int64_t k) {
 template <class B>
 inline std::int64_t out_block_start(std::int64_t block, std::int64_t k) {
   const std::int64_t wide = k / B::wide_width;
-  return block < wide ? block * B::wide_width : wide * B::wide_width + (block - wide) * 16;
+  return block < wide ? block * B::wide_width : wide * B::wide_width + (block - wide) * B::narrow_width;
 }
 // In-channel blocks of the filter gradient: c / channels full ones, then
 // pairs, then single channels.
@@ -266,7 +272,7 @@ template <class B>
       t.c0 = full * B::channels + pairs * 2 + (in_block - full - pairs);
     }
     items.push_back(t);
-    const std::int64_t width = t.wide ? B::wide_width : 16;
+    const std::int64_t width = t.wide ? B::wide_width : B::narrow_width;
     for (int q = 0; q < t.channels; ++q) std::fill_n(df + (tap * c + t.c0 + q) * k + t.k0, width, 0.0f);
   }
   // About 256 output pixels per chunk: their rows of x and d_out stay in L2.
