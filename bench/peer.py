@@ -20,15 +20,14 @@ relu(y) in turn) and backward through it, in microseconds per op, typemesh
 """
 
 import argparse
-import datetime
 import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
 import time
-import warnings
+
+import peer_common
 
 STEPS = ("mlp", "transformer", "rnnlm", "conv")
 DESCRIPTIONS = {
@@ -212,48 +211,18 @@ def torch_step(torch, step):
         def loss_fn():
             return F.cross_entropy(model(x), y)
 
-    opt = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE[step])
-
-    def train_step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn()
-        loss.backward()
-        opt.step()
-        return loss.item()
-
-    return train_step
-
-
-def torch_ms(train_step, args):
-    for _ in range(args.warmup):
-        train_step()
-    total = 0.0
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        train_step()
-        total += time.perf_counter() - t0
-    return 1e3 * total / args.steps
+    return peer_common.sgd_step(torch, model, loss_fn, LEARNING_RATE[step])
 
 
 def main():
     args = parse_args()
-    # A CPU-only run needs no NumPy; torch warns at import when it is absent.
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    try:
-        import torch
-    except ImportError:
-        print("PyTorch is not installed (pip install torch); the peer benchmark has nothing to compare with.")
+    torch = peer_common.import_torch("the peer benchmark")
+    if torch is None:
         return 0
     binary = find_binary(args.binary)
 
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores online, load average "
-          f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    print(f"torch {torch.__version__} (oneDNN {'on' if torch.backends.mkldnn.is_available() else 'off'}, "
-          f"MKL {'on' if torch.backends.mkl.is_available() else 'off'}); typemesh: {binary}")
-    print(f"each cell: median over {args.rounds} rounds of the mean of {args.steps} timed steps after "
-          f"{args.warmup} warm-up steps; ratio = PyTorch time / typemesh time (> 1: typemesh faster)\n")
+    peer_common.print_header(torch, binary, args)
+    peer_common.print_cell_rule(args)
 
     print("| step | threads | PyTorch ms | typemesh ms | ratio | load (1 min) before → after |")
     print("|---|---|---|---|---|---|")
@@ -262,19 +231,11 @@ def main():
             torch.set_num_threads(threads)
             train_step = torch_step(torch, step)
             load_before = os.getloadavg()[0]
-            ours, theirs = [], []
-            for r in range(args.rounds):
-                # Alternate which side goes first, so neither always runs on a
-                # machine the other has just warmed (or heated).
-                if r % 2 == 0:
-                    ours.append(typemesh_ms(binary, step, threads, args))
-                    theirs.append(torch_ms(train_step, args))
-                else:
-                    theirs.append(torch_ms(train_step, args))
-                    ours.append(typemesh_ms(binary, step, threads, args))
-            t_ms, p_ms = statistics.median(ours), statistics.median(theirs)
-            print(f"| {DESCRIPTIONS[step]} | {threads} | {p_ms:.1f} | {t_ms:.1f} | {p_ms / t_ms:.2f} | "
-                  f"{load_before:.2f} → {os.getloadavg()[0]:.2f} |", flush=True)
+            ours, theirs = peer_common.alternate(
+                args.rounds, lambda: typemesh_ms(binary, step, threads, args),
+                lambda: peer_common.torch_ms(train_step, args, "peer.py"))
+            peer_common.print_row(DESCRIPTIONS[step], threads, statistics.median(theirs), statistics.median(ours),
+                                  load_before)
 
     if args.overhead_ops:
         torch.set_num_threads(1)
@@ -283,14 +244,8 @@ def main():
         print("| phase | PyTorch µs/op | typemesh µs/op | ratio | load (1 min) before → after |")
         print("|---|---|---|---|---|")
         load_before = os.getloadavg()[0]
-        ours, theirs = [], []
-        for r in range(args.rounds):
-            if r % 2 == 0:
-                ours.append(typemesh_overhead_us(binary, args))
-                theirs.append(torch_overhead_us(torch, args))
-            else:
-                theirs.append(torch_overhead_us(torch, args))
-                ours.append(typemesh_overhead_us(binary, args))
+        ours, theirs = peer_common.alternate(args.rounds, lambda: typemesh_overhead_us(binary, args),
+                                             lambda: torch_overhead_us(torch, args))
         load_after = os.getloadavg()[0]
         for phase, j in (("forward (recording)", 0), ("backward", 1)):
             t_us = statistics.median(o[j] for o in ours)

@@ -30,17 +30,15 @@ optional: without it the script says so in one line and exits 0.
 """
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import warnings
+
+import peer_common
 
 NETWORKS = ("alexnet", "inception", "rnnlm", "transformer")
 
@@ -428,53 +426,20 @@ def torch_model(torch, network):
 def torch_step(torch, network):
     model, loss_fn = torch_model(torch, network)
     model.train()  # dropout on, as in the examples
-    opt = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
-
-    def train_step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn()
-        loss.backward()
-        opt.step()
-        return loss.item()
-
-    return train_step
-
-
-def torch_ms(train_step, args):
-    for _ in range(args.warmup):
-        train_step()
-    total = 0.0
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        loss = train_step()
-        total += time.perf_counter() - t0
-    if not math.isfinite(loss):
-        sys.exit(f"peer_seed.py: PyTorch's last loss is not finite ({loss})")
-    return 1e3 * total / args.steps
+    return peer_common.sgd_step(torch, model, loss_fn, LEARNING_RATE)
 
 
 def main():
     args = parse_args()
-    # A CPU-only run needs no NumPy; torch warns at import when it is absent.
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    try:
-        import torch
-    except ImportError:
-        print("PyTorch is not installed (pip install torch); the seed-network peer benchmark has nothing to compare with.")
+    torch = peer_common.import_torch("the seed-network peer benchmark")
+    if torch is None:
         return 0
     examples = find_examples(args.examples, args.network)
 
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores online, load average "
-          f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    print(f"torch {torch.__version__} (oneDNN {'on' if torch.backends.mkldnn.is_available() else 'off'}, "
-          f"MKL {'on' if torch.backends.mkl.is_available() else 'off'}); typemesh: {examples}/typemesh-NAME "
-          "--devices 1 --strategy 0")
+    peer_common.print_header(torch, f"{examples}/typemesh-NAME --devices 1 --strategy 0", args)
     for network in args.network:
         print(f"{network}: {' '.join(flags(network))}")
-    print(f"each cell: median over {args.rounds} rounds of the mean of {args.steps} timed steps after "
-          f"{args.warmup} warm-up steps; ratio = PyTorch time / typemesh time (> 1: typemesh faster)\n")
+    peer_common.print_cell_rule(args)
 
     print("| network | threads | PyTorch ms | typemesh ms | ratio | load (1 min) before → after |")
     print("|---|---|---|---|---|---|")
@@ -484,19 +449,11 @@ def main():
             torch.manual_seed(1)
             train_step = torch_step(torch, network)
             load_before = os.getloadavg()[0]
-            ours, theirs = [], []
-            for r in range(args.rounds):
-                # Alternate which side goes first, so neither always runs on a
-                # machine the other has just warmed (or heated).
-                if r % 2 == 0:
-                    ours.append(typemesh_ms(examples, network, threads, args))
-                    theirs.append(torch_ms(train_step, args))
-                else:
-                    theirs.append(torch_ms(train_step, args))
-                    ours.append(typemesh_ms(examples, network, threads, args))
-            t_ms, p_ms = statistics.median(ours), statistics.median(theirs)
-            print(f"| {describe(network)} | {threads} | {p_ms:.1f} | {t_ms:.1f} | {p_ms / t_ms:.2f} | "
-                  f"{load_before:.2f} → {os.getloadavg()[0]:.2f} |", flush=True)
+            ours, theirs = peer_common.alternate(
+                args.rounds, lambda: typemesh_ms(examples, network, threads, args),
+                lambda: peer_common.torch_ms(train_step, args, "peer_seed.py"))
+            peer_common.print_row(describe(network), threads, statistics.median(theirs), statistics.median(ours),
+                                  load_before)
     return 0
 
 

@@ -71,6 +71,29 @@ inline void set_gpu_math(gpu_math m) { backend::cuda::math_setting().store(m); }
 
 namespace backend {
 
+namespace cuda {
+// What a cuBLAS product call needs besides its pointers, after checking
+// that every size and row stride fits cuBLAS's 32-bit ints.
+struct gemm_call_setup {
+  cublasOperation_t ta, tb;
+  cudaDataType_t type;
+  cublasComputeType_t compute;
+};
+template <class T>
+gemm_call_setup gemm_call(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                          std::int64_t lda, std::int64_t ldb, std::int64_t ldc) {
+  for (std::int64_t v : {m, n, k, lda, ldb, ldc}) {
+    if (v > std::numeric_limits<int>::max()) {
+      throw shape_error(typemesh::detail::cat("a GPU matrix product of ", m, " x ", k, " by ", k, " x ", n,
+                                              " has a size or row stride over cuBLAS's 32-bit limit"));
+    }
+  }
+  return {trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+          std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_64F,
+          std::is_same_v<T, float> ? fp32_compute(math_setting().load()) : CUBLAS_COMPUTE_64F};
+}
+}  // namespace cuda
+
 // On the CUDA space, C (m x n) = alpha * op(A) * op(B) + beta * C, row-major,
 // as the host's gemm. cuBLAS is column-major: a row-major C is a column-major
 // C^T = op(B)^T op(A)^T, so A and B swap places.
@@ -80,16 +103,7 @@ void gemm(cuda_space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                 "typemesh: matrix products on the CUDA space are float or double");
   if (m == 0 || n == 0) return;
-  for (std::int64_t v : {m, n, k, lda, ldb, ldc}) {
-    if (v > std::numeric_limits<int>::max()) {
-      throw shape_error(typemesh::detail::cat("a GPU matrix product of ", m, " x ", k, " by ", k, " x ", n,
-                                              " has a size or row stride over cuBLAS's 32-bit limit"));
-    }
-  }
-  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cudaDataType_t type = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_64F;
-  const cublasComputeType_t compute =
-      std::is_same_v<T, float> ? cuda::fp32_compute(cuda::math_setting().load()) : CUBLAS_COMPUTE_64F;
+  const auto [ta, tb, type, compute] = cuda::gemm_call<T>(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   cuda::check_blas(cublasGemmEx(cuda::blas_handle(), tb, ta, static_cast<int>(n), static_cast<int>(m),
                                 static_cast<int>(k), &alpha, b, type, static_cast<int>(ldb), a, type,
                                 static_cast<int>(lda), &beta, c, type, static_cast<int>(ldc), compute,
@@ -115,16 +129,7 @@ void gemm_batched(cuda_space s, bool trans_a, bool trans_b, std::int64_t m, std:
     }
     return;
   }
-  for (std::int64_t v : {m, n, k, lda, ldb, ldc}) {
-    if (v > std::numeric_limits<int>::max()) {
-      throw shape_error(typemesh::detail::cat("a GPU matrix product of ", m, " x ", k, " by ", k, " x ", n,
-                                              " has a size or row stride over cuBLAS's 32-bit limit"));
-    }
-  }
-  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cudaDataType_t type = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_64F;
-  const cublasComputeType_t compute =
-      std::is_same_v<T, float> ? cuda::fp32_compute(cuda::math_setting().load()) : CUBLAS_COMPUTE_64F;
+  const auto [ta, tb, type, compute] = cuda::gemm_call<T>(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   // Column-major, as gemm: C_i^T = op(B_i)^T op(A_i)^T.
   cuda::check_blas(
       cublasGemmStridedBatchedEx(cuda::blas_handle(), tb, ta, static_cast<int>(n), static_cast<int>(m),

@@ -1,0 +1,86 @@
+"""What bench/peer.py and bench/peer_seed.py share: importing PyTorch, the
+run's header, a PyTorch SGD step and its timing, and the alternating rounds
+behind each table row."""
+
+import datetime
+import math
+import os
+import platform
+import sys
+import time
+import warnings
+
+
+def import_torch(what):
+    """PyTorch, or None after saying so (the benchmarks then have nothing to compare with)."""
+    # A CPU-only run needs no NumPy; torch warns at import when it is absent.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    try:
+        import torch
+    except ImportError:
+        print(f"PyTorch is not installed (pip install torch); {what} has nothing to compare with.")
+        return None
+    return torch
+
+
+def print_header(torch, typemesh, args):
+    """Date, command, machine and load, the libraries, how a cell is made."""
+    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores online, load average "
+          f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"torch {torch.__version__} (oneDNN {'on' if torch.backends.mkldnn.is_available() else 'off'}, "
+          f"MKL {'on' if torch.backends.mkl.is_available() else 'off'}); typemesh: {typemesh}")
+
+
+def print_cell_rule(args):
+    print(f"each cell: median over {args.rounds} rounds of the mean of {args.steps} timed steps after "
+          f"{args.warmup} warm-up steps; ratio = PyTorch time / typemesh time (> 1: typemesh faster)\n")
+
+
+def sgd_step(torch, model, loss_fn, learning_rate):
+    """One SGD training step of model on loss_fn(); returns the loss."""
+    opt = torch.optim.SGD(model.parameters(), lr=learning_rate)
+
+    def train_step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return train_step
+
+
+def torch_ms(train_step, args, who):
+    """Mean ms of args.steps timed steps after args.warmup untimed ones."""
+    for _ in range(args.warmup):
+        train_step()
+    total, loss = 0.0, 0.0
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        loss = train_step()
+        total += time.perf_counter() - t0
+    if not math.isfinite(loss):
+        sys.exit(f"{who}: PyTorch's last loss is not finite ({loss})")
+    return 1e3 * total / args.steps
+
+
+def alternate(rounds, ours, theirs):
+    """Medians of ours() and theirs() over the rounds, alternating which goes
+    first, so neither always runs on a machine the other has just warmed (or
+    heated)."""
+    a, b = [], []
+    for r in range(rounds):
+        if r % 2 == 0:
+            a.append(ours())
+            b.append(theirs())
+        else:
+            b.append(theirs())
+            a.append(ours())
+    return a, b
+
+
+def print_row(description, threads, torch_ms_value, typemesh_ms_value, load_before):
+    print(f"| {description} | {threads} | {torch_ms_value:.1f} | {typemesh_ms_value:.1f} | "
+          f"{torch_ms_value / typemesh_ms_value:.2f} | {load_before:.2f} → {os.getloadavg()[0]:.2f} |", flush=True)
