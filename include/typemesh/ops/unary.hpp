@@ -33,6 +33,20 @@ Tensor apply2(const Tensor& a, const Tensor& b, F f) {
   return out;
 }
 
+// 1 where v > 0, else 0 (NaN too), as a value rather than a branch. On the
+// host the comparison is a quiet one (it raises no floating-point
+// exception): GCC does not turn an ordinary comparison, which may trap,
+// into a vector select, so relu's gradient loop ran one element at a time.
+template <class T>
+TYPEMESH_KERNEL T positive_step(T v) {
+#if defined(__CUDA_ARCH__)
+  return v > T{0} ? T{1} : T{0};
+#else
+  if constexpr (std::is_floating_point_v<T>) return static_cast<T>(__builtin_isgreater(v, T{0}));
+  else return v > T{0} ? T{1} : T{0};
+#endif
+}
+
 // dy * d(x, y), the gradient of a unary function with derivative d.
 template <class D>
 struct times_derivative {
@@ -81,7 +95,7 @@ tensor<T, S, L, M> unary(const char* what, const tensor<T, S, L, M>& x, F f, D d
   }
 
 // Each line: the function of v, and its derivative in terms of v and y = f(v).
-TYPEMESH_UNARY(relu, v > T{0} ? v : T{0}, v > T{0} ? T{1} : T{0})
+TYPEMESH_UNARY(relu, v > T{0} ? v : T{0}, positive_step(v))
 TYPEMESH_UNARY(sigmoid, T{1} / (T{1} + std::exp(-v)), y*(T{1} - y))
 TYPEMESH_UNARY(tanh, std::tanh(v), T{1} - y * y)
 TYPEMESH_UNARY(exp, std::exp(v), y)
