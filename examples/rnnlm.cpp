@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "network_program.hpp"
@@ -284,10 +285,15 @@ class rnnlm {
     return t;
   }
 
-  // Layer 0 on lstm0, layer 1 on lstm1, from zero states; after every time
-  // step, layer 0's h moves to lstm1. Where the meshes are disjoint the move
-  // is a buffered send, so layer 0 runs a step ahead of layer 1.
+  // Layer 0 on lstm0, layer 1 on lstm1, from zero states. On the same
+  // devices, each layer runs over the whole sequence at once. Otherwise,
+  // after every time step, layer 0's h moves to lstm1; where the meshes are
+  // disjoint the move is a buffered send, so layer 0 runs a step ahead of
+  // layer 1.
   lstm_out_t two_layer_lstm(const lstm_in_t& x) const {
+    if constexpr (std::is_same_v<lstm_in_t, lstm_out_t>) {
+      if (m_.lstm0 == m_.lstm1) return typemesh::lstm<seq>(x, std::vector{rnn_w0_, rnn_w1_});
+    }
     const typemesh::lstm_weight w0(rnn_w0_);  // the steps' gradients, reduced over the batch once
     const typemesh::lstm_weight w1(rnn_w1_);
     auto s0 = typemesh::lstm_zero_state<seq>(x, rnn_w0_);
