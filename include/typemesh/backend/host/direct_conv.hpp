@@ -194,7 +194,7 @@ template <class V, int NV, int CB>
 }
 
 // How one instruction set blocks the work: out-channels in blocks of `wide`
-// vectors, the rest in blocks of one vector (`narrow`); `pixels`
+// vectors, the rest (1 to wide - 1 vectors) in one last block; `pixels`
 // output pixels per forward block, `channels` in-channels per filter-gradient
 // block (the rest in pairs, then singly). Sized so the accumulators and the
 // loaded vectors fit the registers.
@@ -202,25 +202,27 @@ template <class V, int Wide, int Pixels, int Channels>
 struct blocking {
   using vec = V;
   static constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(float));
-  static constexpr int wide = Wide, narrow = 1, pixels = Pixels, channels = Channels;
-  static constexpr std::int64_t wide_width = std::int64_t{Wide} * lanes, narrow_width = lanes;
+  static constexpr int wide = Wide, pixels = Pixels, channels = Channels;
+  static constexpr std::int64_t wide_width = std::int64_t{Wide} * lanes;
 };
 using avx512_blocking = blocking<v16, 4, 6, 6>;  // 24 accumulators of 32 registers
 using avx2_blocking = blocking<v8, 4, 3, 3>;     // 12 accumulators of 16 registers
 
-// Out-channel blocks: k / wide_width wide ones, then narrow ones.
+// Out-channel blocks: k / wide_width wide ones, then the rest in one.
 template <class B>
 inline std::int64_t out_blocks(std::int64_t k) {
-  return k / B::wide_width + (k % B::wide_width) / B::narrow_width;
+  return k / B::wide_width + (k % B::wide_width != 0 ? 1 : 0);
 }
+// The vectors of out-channel block `block`: wide, or the rest's.
 template <class B>
-inline bool wide_block(std::int64_t block, std::int64_t k) {
-  return block < k / B::wide_width;
+inline int block_vectors(std::int64_t block, std::int64_t k) {
+  return block < k / B::wide_width ? B::wide : static_cast<int>(k % B::wide_width / B::lanes);
 }
+static_assert(avx512_blocking::wide == 4 && avx2_blocking::wide == 4,
+              "the switches on a block's vectors below go up to 4");
 template <class B>
-inline std::int64_t out_block_start(std::int64_t block, std::int64_t k) {
-  const std::int64_t wide = k / B::wide_width;
-  return block < wide ? block * B::wide_width : wide * B::wide_width + (block - wide) * B::narrow_width;
+inline std::int64_t out_block_start(std::int64_t block, std::int64_t /*k*/) {
+  return block * B::wide_width;
 }
 // In-channel blocks of the filter gradient: c / channels full ones, then
 // pairs, then single channels.
@@ -236,11 +238,27 @@ template <class B>
   const std::int64_t blocks = out_blocks<B>(g.out_channels);
   const std::int64_t row = item / blocks, block = item % blocks;
   const std::int64_t b = row / g.out_h, oh = row % g.out_h, k0 = out_block_start<B>(block, g.out_channels);
-  if (wide_block<B>(block, g.out_channels)) {
-    forward_row<typename B::vec, B::wide, B::pixels>(x, f, y, g, zeros, b, oh, k0);
-  } else {
-    forward_row<typename B::vec, B::narrow, B::pixels>(x, f, y, g, zeros, b, oh, k0);
+  // Plain calls, not a generic lambda: a lambda's body would be compiled
+  // for the plain target, not this function's.
+  using V = typename B::vec;
+  switch (block_vectors<B>(block, g.out_channels)) {
+    case 1: forward_row<V, 1, B::pixels>(x, f, y, g, zeros, b, oh, k0); break;
+    case 2: forward_row<V, 2, B::pixels>(x, f, y, g, zeros, b, oh, k0); break;
+    case 3: forward_row<V, 3, B::pixels>(x, f, y, g, zeros, b, oh, k0); break;
+    default: forward_row<V, 4, B::pixels>(x, f, y, g, zeros, b, oh, k0); break;
   }
+}
+
+// filter_rows for a block of B::channels, 2 or 1 in-channels.
+template <class B, int NV>
+[[gnu::always_inline]] inline void filter_block(const float* x, const float* dy, float* df,
+                                                const direct_conv_shape& g, std::int64_t row0, std::int64_t row1,
+                                                std::int64_t i, std::int64_t j, std::int64_t c0, std::int64_t k0,
+                                                int channels) {
+  using V = typename B::vec;
+  if (channels == B::channels) filter_rows<V, NV, B::channels>(x, dy, df, g, row0, row1, i, j, c0, k0);
+  else if (channels == 2) filter_rows<V, NV, 2>(x, dy, df, g, row0, row1, i, j, c0, k0);
+  else filter_rows<V, NV, 1>(x, dy, df, g, row0, row1, i, j, c0, k0);
 }
 
 // Filter-gradient items [first, last), numbered (tap, in-channel block,
@@ -251,19 +269,18 @@ template <class B>
 template <class B>
 [[gnu::always_inline]] inline void filter_items(const float* x, const float* dy, float* df,
                                                 const direct_conv_shape& g, std::int64_t first, std::int64_t last) {
-  using V = typename B::vec;
   const std::int64_t c = g.channels, k = g.out_channels;
   const std::int64_t kb = out_blocks<B>(k), cb = in_blocks<B>(c);
   const std::int64_t full = c / B::channels, pairs = c % B::channels / 2;
   struct item_t {
     std::int64_t i, j, c0, k0;
     int channels;  // B::channels, 2 or 1
-    bool wide;
+    int vectors;   // out-channel vectors
   };
   std::vector<item_t> items;
   for (std::int64_t item = first; item < last; ++item) {
     const std::int64_t tap = item / (cb * kb), in_block = item / kb % cb;
-    item_t t{tap / g.filter_w, tap % g.filter_w, 0, out_block_start<B>(item % kb, k), 1, wide_block<B>(item % kb, k)};
+    item_t t{tap / g.filter_w, tap % g.filter_w, 0, out_block_start<B>(item % kb, k), 1, block_vectors<B>(item % kb, k)};
     if (in_block < full) {
       t.c0 = in_block * B::channels, t.channels = B::channels;
     } else if (in_block < full + pairs) {
@@ -272,7 +289,7 @@ template <class B>
       t.c0 = full * B::channels + pairs * 2 + (in_block - full - pairs);
     }
     items.push_back(t);
-    const std::int64_t width = t.wide ? B::wide_width : B::narrow_width;
+    const std::int64_t width = std::int64_t{t.vectors} * B::lanes;
     for (int q = 0; q < t.channels; ++q) std::fill_n(df + (tap * c + t.c0 + q) * k + t.k0, width, 0.0f);
   }
   // About 256 output pixels per chunk: their rows of x and d_out stay in L2.
@@ -280,14 +297,11 @@ template <class B>
   for (std::int64_t row0 = 0; row0 < rows; row0 += chunk) {
     const std::int64_t row1 = std::min(rows, row0 + chunk);
     for (const item_t& t : items) {
-      if (t.wide) {
-        if (t.channels == B::channels) filter_rows<V, B::wide, B::channels>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0);
-        else if (t.channels == 2) filter_rows<V, B::wide, 2>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0);
-        else filter_rows<V, B::wide, 1>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0);
-      } else {
-        if (t.channels == B::channels) filter_rows<V, B::narrow, B::channels>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0);
-        else if (t.channels == 2) filter_rows<V, B::narrow, 2>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0);
-        else filter_rows<V, B::narrow, 1>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0);
+      switch (t.vectors) {
+        case 1: filter_block<B, 1>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
+        case 2: filter_block<B, 2>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
+        case 3: filter_block<B, 3>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
+        default: filter_block<B, 4>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
       }
     }
   }
