@@ -45,27 +45,14 @@ OVERHEAD_LINE = re.compile(r"^peer_overhead .*forward_us_per_op=([0-9.]+) backwa
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--binary", help="typemesh-bench-peer (default: the first build*/bench/typemesh-bench-peer)")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per run (default 5)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps before them (default 2)")
-    p.add_argument("--rounds", type=int, default=3, help="alternations of the two systems per row (default 3)")
-    p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    peer_common.add_timing_arguments(p)
     p.add_argument("--step", action="append", choices=STEPS, help="only this step (repeatable; default all)")
     p.add_argument("--overhead-ops", type=int, default=1000,
                    help="ops in the per-op overhead chain (default 1000; 0: no overhead table)")
     a = p.parse_args()
-    for name in ("steps", "rounds"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name} must be at least 1, not {getattr(a, name)}")
-    if a.warmup < 0:
-        p.error(f"--warmup must be at least 0, not {a.warmup}")
+    peer_common.check_timing_arguments(p, a)
     if a.overhead_ops < 0:
         p.error(f"--overhead-ops must be at least 0, not {a.overhead_ops}")
-    try:
-        a.threads = [int(t) for t in a.threads.split(",")]
-    except ValueError:
-        p.error(f"--threads wants numbers separated by commas, such as 1,2, not '{a.threads}'")
-    if any(t < 1 for t in a.threads):
-        p.error(f"--threads: every count must be at least 1, not {a.threads}")
     a.step = a.step or list(STEPS)
     return a
 

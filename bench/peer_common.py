@@ -23,6 +23,29 @@ def import_torch(what):
     return torch
 
 
+def add_timing_arguments(p):
+    """--steps, --warmup, --rounds and --threads, as both benchmarks take them."""
+    p.add_argument("--steps", type=int, default=5, help="timed steps per run (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps before them (default 2)")
+    p.add_argument("--rounds", type=int, default=3, help="alternations of the two systems per row (default 3)")
+    p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+
+
+def check_timing_arguments(p, a):
+    """Refuses bad values of add_timing_arguments' flags; a.threads becomes a list of ints."""
+    for name in ("steps", "rounds"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name} must be at least 1, not {getattr(a, name)}")
+    if a.warmup < 0:
+        p.error(f"--warmup must be at least 0, not {a.warmup}")
+    try:
+        a.threads = [int(t) for t in a.threads.split(",")]
+    except ValueError:
+        p.error(f"--threads wants numbers separated by commas, such as 1,2, not '{a.threads}'")
+    if any(t < 1 for t in a.threads):
+        p.error(f"--threads: every count must be at least 1, not {a.threads}")
+
+
 def print_header(torch, typemesh, args):
     """Date, command, machine and load, the libraries, how a cell is made."""
     print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")

@@ -90,23 +90,10 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--examples", help="the folder holding typemesh-alexnet, -inception, -rnnlm, -transformer "
                                       "(default: the first build*/examples that has them)")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per run (default 5)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps before them (default 2)")
-    p.add_argument("--rounds", type=int, default=3, help="alternations of the two systems per row (default 3)")
-    p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    peer_common.add_timing_arguments(p)
     p.add_argument("--network", action="append", choices=NETWORKS, help="only this network (repeatable; default all)")
     a = p.parse_args()
-    for name in ("steps", "rounds"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name} must be at least 1, not {getattr(a, name)}")
-    if a.warmup < 0:
-        p.error(f"--warmup must be at least 0, not {a.warmup}")
-    try:
-        a.threads = [int(t) for t in a.threads.split(",")]
-    except ValueError:
-        p.error(f"--threads wants numbers separated by commas, such as 1,2, not '{a.threads}'")
-    if any(t < 1 for t in a.threads):
-        p.error(f"--threads: every count must be at least 1, not {a.threads}")
+    peer_common.check_timing_arguments(p, a)
     a.network = a.network or list(NETWORKS)
     return a
 
