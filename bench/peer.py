@@ -211,18 +211,8 @@ def main():
     peer_common.print_header(torch, binary, args)
     peer_common.print_cell_rule(args)
 
-    print("| step | threads | PyTorch ms | typemesh ms | ratio | load (1 min) before → after |")
-    print("|---|---|---|---|---|---|")
-    for step in args.step:
-        for threads in args.threads:
-            torch.set_num_threads(threads)
-            train_step = torch_step(torch, step)
-            load_before = os.getloadavg()[0]
-            ours, theirs = peer_common.alternate(
-                args.rounds, lambda: typemesh_ms(binary, step, threads, args),
-                lambda: peer_common.torch_ms(train_step, args, "peer.py"))
-            peer_common.print_row(DESCRIPTIONS[step], threads, statistics.median(theirs), statistics.median(ours),
-                                  load_before)
+    peer_common.print_table("step", args.step, DESCRIPTIONS.get, args, torch, torch_step,
+                            lambda step, threads: typemesh_ms(binary, step, threads, args), "peer.py")
 
     if args.overhead_ops:
         torch.set_num_threads(1)

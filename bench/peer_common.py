@@ -6,6 +6,7 @@ import datetime
 import math
 import os
 import platform
+import statistics
 import sys
 import time
 import warnings
@@ -107,3 +108,20 @@ def alternate(rounds, ours, theirs):
 def print_row(description, threads, torch_ms_value, typemesh_ms_value, load_before):
     print(f"| {description} | {threads} | {torch_ms_value:.1f} | {typemesh_ms_value:.1f} | "
           f"{torch_ms_value / typemesh_ms_value:.2f} | {load_before:.2f} → {os.getloadavg()[0]:.2f} |", flush=True)
+
+
+def print_table(first_column, items, describe, args, torch, torch_step, typemesh_ms, who):
+    """The table: for each item and thread count, PyTorch's step (torch_step(torch,
+    item), from seed 1) against typemesh_ms(item, threads), alternating, the
+    medians over args.rounds rounds, with the load before and after."""
+    print(f"| {first_column} | threads | PyTorch ms | typemesh ms | ratio | load (1 min) before → after |")
+    print("|---|---|---|---|---|---|")
+    for item in items:
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            torch.manual_seed(1)
+            train_step = torch_step(torch, item)
+            load_before = os.getloadavg()[0]
+            ours, theirs = alternate(args.rounds, lambda: typemesh_ms(item, threads),
+                                     lambda: torch_ms(train_step, args, who))
+            print_row(describe(item), threads, statistics.median(theirs), statistics.median(ours), load_before)

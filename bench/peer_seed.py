@@ -33,7 +33,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -428,19 +427,8 @@ def main():
         print(f"{network}: {' '.join(flags(network))}")
     peer_common.print_cell_rule(args)
 
-    print("| network | threads | PyTorch ms | typemesh ms | ratio | load (1 min) before → after |")
-    print("|---|---|---|---|---|---|")
-    for network in args.network:
-        for threads in args.threads:
-            torch.set_num_threads(threads)
-            torch.manual_seed(1)
-            train_step = torch_step(torch, network)
-            load_before = os.getloadavg()[0]
-            ours, theirs = peer_common.alternate(
-                args.rounds, lambda: typemesh_ms(examples, network, threads, args),
-                lambda: peer_common.torch_ms(train_step, args, "peer_seed.py"))
-            peer_common.print_row(describe(network), threads, statistics.median(theirs), statistics.median(ours),
-                                  load_before)
+    peer_common.print_table("network", args.network, describe, args, torch, torch_step,
+                            lambda network, threads: typemesh_ms(examples, network, threads, args), "peer_seed.py")
     return 0
 
 

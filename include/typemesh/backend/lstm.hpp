@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "typemesh/backend/config.hpp"
 #include "typemesh/backend/host/vector_math.hpp"
@@ -51,11 +50,6 @@ TYPEMESH_KERNEL T gates_backward(const T* q, const T* cells, T dh, T dc_out, T* 
   dz[3] = dh * tc * o * (T{1} - o);
   return dc * f;
 }
-
-// Cells that may take the host's vector path (where this CPU has the vector
-// functions): float on the host space.
-template <class Space, class T>
-inline constexpr bool host_float = std::is_same_v<Space, host_space> && std::is_same_v<T, float>;
 
 // Units per index of the vector path: the gates of a block in one vector
 // pass, then c' and h' per unit, then tanh(c') in one pass.
@@ -125,7 +119,7 @@ void lstm_put_part(Space s, const T* in, std::int64_t part, T* pairs, std::int64
 // cells: [n, 2] receives c and tanh(c'); state: [n, 2] receives h', c'.
 template <class Space, class T>
 void lstm_cell_forward(Space s, T* z, const T* c_old, T* cells, T* state, std::int64_t n) {
-  if constexpr (lstm_kernels::host_float<Space, T>) {
+  if constexpr (host::vector_math_types<Space, T>) {
     if (host::vector_math_enabled()) {
       lstm_kernels::vector_cells_forward(z, c_old, cells, n, [=](std::int64_t r, float h, float c) {
         state[2 * r] = h, state[2 * r + 1] = c;
@@ -164,7 +158,7 @@ void lstm_gate_gradients(Space s, const T* gates, const T* cells, const T* dstat
 // cells: [n, 2] receives c and tanh(c'); h: [n] receives h'.
 template <class Space, class T>
 void lstm_sequence_cell_forward(Space s, T* z, T* c, T* cells, T* h, std::int64_t n) {
-  if constexpr (lstm_kernels::host_float<Space, T>) {
+  if constexpr (host::vector_math_types<Space, T>) {
     if (host::vector_math_enabled()) {
       lstm_kernels::vector_cells_forward(z, c, cells, n, [=](std::int64_t r, float h_new, float c_new) {
         h[r] = h_new, c[r] = c_new;

@@ -10,7 +10,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "typemesh/backend/config.hpp"
 #include "typemesh/backend/host/vector_math.hpp"
@@ -23,11 +22,6 @@ namespace typemesh::backend {
 struct softmax_rows {
   std::int64_t rows, held, first;
 };
-
-// Rows that may take the host's vector path (where this CPU has the vector
-// exp, host/vector_math.hpp): float on the host space.
-template <class Space, class T>
-inline constexpr bool host_float_rows = std::is_same_v<Space, host_space> && std::is_same_v<T, float>;
 
 // top[r] = max over the row's columns, starting from `lowest`.
 template <class Space, class T>
@@ -46,7 +40,7 @@ void softmax_row_max(Space s, const T* x, T* top, softmax_rows g, T lowest) {
 // where this device holds the label's column, else 0.
 template <class Space, class T, class I>
 void softmax_shifted_sums(Space s, const T* x, const I* label, const T* top, T* sums, softmax_rows g) {
-  if constexpr (host_float_rows<Space, T>) {
+  if constexpr (host::vector_math_types<Space, T>) {
     if (host::vector_math_enabled()) {
       parallel_for(
           s, g.rows,
@@ -86,7 +80,7 @@ void softmax_loss_from_sums(Space s, const T* sums, T* loss, T* lse, std::int64_
 template <class Space, class T, class I>
 void softmax_cross_entropy_gradient(Space s, const T* x, const I* label, const T* lse, const T* dy, T* dx,
                                     softmax_rows g) {
-  if constexpr (host_float_rows<Space, T>) {
+  if constexpr (host::vector_math_types<Space, T>) {
     if (host::vector_math_enabled()) {
       parallel_for(
           s, g.rows,

@@ -111,20 +111,19 @@ auto binary(const char* what, const tensor<T, SA, LA, MA>& a, const tensor<T, SB
       } else {
         // Each operand spread over the output's elements: itself where it is
         // already shaped and laid out as the output (x_hat in layer norm's
-        // x_hat * scale), else a broadcast copy.
+        // x_hat * scale), else a broadcast copy kept in `copy`.
+        auto spread = [&](const auto& operand, auto pick, std::optional<out_t>& copy) -> const T* {
+          using V = std::decay_t<decltype(operand)>;
+          using VS = typename V::shape_type;
+          if constexpr (std::is_same_v<VS, Out> && std::is_same_v<canonical<VS, typename V::layout_type>, OutL>) {
+            return operand.data();
+          } else {
+            return copy.emplace(broadcast_apply<Out, OutL>(*av, *bv, s, pick)).data();
+          }
+        };
         std::optional<out_t> ab, bb;
-        const T* pa = nullptr;
-        const T* pb = nullptr;
-        if constexpr (std::is_same_v<SA, Out> && std::is_same_v<canonical<SA, LA>, OutL>) {
-          pa = av->data();
-        } else {
-          pa = ab.emplace(broadcast_apply<Out, OutL>(*av, *bv, s, backend::first_of{})).data();
-        }
-        if constexpr (std::is_same_v<SB, Out> && std::is_same_v<canonical<SB, LB>, OutL>) {
-          pb = bv->data();
-        } else {
-          pb = bb.emplace(broadcast_apply<Out, OutL>(*av, *bv, s, backend::second_of{})).data();
-        }
+        const T* pa = spread(*av, backend::first_of{}, ab);
+        const T* pb = spread(*bv, backend::second_of{}, bb);
         backend::zip3(g.space(), pa, pb, dy.data(), g.data(), g.local_size(), d_of);
       }
       return g;

@@ -208,7 +208,8 @@ struct blocking {
 using avx512_blocking = blocking<v16, 4, 6, 6>;  // 24 accumulators of 32 registers
 using avx2_blocking = blocking<v8, 4, 3, 3>;     // 12 accumulators of 16 registers
 
-// Out-channel blocks: k / wide_width wide ones, then the rest in one.
+// Out-channel blocks: k / wide_width wide ones, then the rest in one; block
+// b starts at out-channel b * wide_width.
 template <class B>
 inline std::int64_t out_blocks(std::int64_t k) {
   return k / B::wide_width + (k % B::wide_width != 0 ? 1 : 0);
@@ -220,10 +221,6 @@ inline int block_vectors(std::int64_t block, std::int64_t k) {
 }
 static_assert(avx512_blocking::wide == 4 && avx2_blocking::wide == 4,
               "the switches on a block's vectors below go up to 4");
-template <class B>
-inline std::int64_t out_block_start(std::int64_t block, std::int64_t /*k*/) {
-  return block * B::wide_width;
-}
 // In-channel blocks of the filter gradient: c / channels full ones, then
 // pairs, then single channels.
 template <class B>
@@ -237,7 +234,7 @@ template <class B>
                                                 const float* zeros, std::int64_t item) {
   const std::int64_t blocks = out_blocks<B>(g.out_channels);
   const std::int64_t row = item / blocks, block = item % blocks;
-  const std::int64_t b = row / g.out_h, oh = row % g.out_h, k0 = out_block_start<B>(block, g.out_channels);
+  const std::int64_t b = row / g.out_h, oh = row % g.out_h, k0 = block * B::wide_width;
   // Plain calls, not a generic lambda: a lambda's body would be compiled
   // for the plain target, not this function's.
   using V = typename B::vec;
@@ -280,7 +277,7 @@ template <class B>
   std::vector<item_t> items;
   for (std::int64_t item = first; item < last; ++item) {
     const std::int64_t tap = item / (cb * kb), in_block = item / kb % cb;
-    item_t t{tap / g.filter_w, tap % g.filter_w, 0, out_block_start<B>(item % kb, k), 1, block_vectors<B>(item % kb, k)};
+    item_t t{tap / g.filter_w, tap % g.filter_w, 0, item % kb * B::wide_width, 1, block_vectors<B>(item % kb, k)};
     if (in_block < full) {
       t.c0 = in_block * B::channels, t.channels = B::channels;
     } else if (in_block < full + pairs) {

@@ -71,11 +71,7 @@ struct operands {
 template <class V, int MR, int NV>
 [[gnu::always_inline]] inline void stored_block(const operands& o, std::int64_t i0, std::int64_t j0) {
   constexpr int w = lanes<V>;
-  V acc[MR][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) acc[r][v] = V{};
+  V acc[MR][NV] = {};
   const float* b = o.b + j0;
   for (std::int64_t p = 0; p < o.k; ++p, b += o.ldb) {
     V bv[NV];
@@ -104,11 +100,7 @@ template <class V, int MR, int NV>
 template <class V, int MR, int JR>
 [[gnu::always_inline]] inline void transposed_block(const operands& o, std::int64_t i0, std::int64_t j0) {
   constexpr int w = lanes<V>;
-  V acc[MR][JR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int q = 0; q < JR; ++q) acc[r][q] = V{};
+  V acc[MR][JR] = {};
   for (std::int64_t p = 0; p < o.k; p += w) {
     V av[MR], bv[JR];
 #pragma GCC unroll 8

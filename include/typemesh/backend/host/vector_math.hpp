@@ -24,13 +24,20 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "typemesh/backend/host/simd.hpp"
+#include "typemesh/core/space.hpp"
 
 namespace typemesh::backend::host {
 
 // Whether the vector functions below run on this CPU.
 inline bool vector_math_enabled() { return detected_simd_isa() != simd_isa::none; }
+
+// Whether a kernel of Space on T may take them (where vector_math_enabled):
+// float on the host space.
+template <class Space, class T>
+inline constexpr bool vector_math_types = std::is_same_v<Space, host_space> && std::is_same_v<T, float>;
 
 #if TYPEMESH_HOST_SIMD
 // Vectors go by reference, results into out-parameters (see simd::load).
