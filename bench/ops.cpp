@@ -14,6 +14,14 @@
 //           the GEMM shape each one reduces to, measured in the same run
 //           (ratio = layer rate / sgemm rate).
 //
+// The direct sgemm references run on as many OpenBLAS threads as the device
+// has kernel threads. typemesh keeps OpenBLAS at one thread and runs a
+// product's blocks on its own threads; its next product sets OpenBLAS back.
+//
+//   small m  einsum of 32 rows (an LSTM step's and a small batch's products,
+//           which typemesh computes with its own unpacked kernels) against
+//           cblas_sgemm of the same sizes.
+//
 // Method: one untimed warm-up whose result is checked against a direct
 // computation (a wrong one exits with status 1: all the ctest smoke test
 // asserts); then repetitions until --min-time-ms of timed work and at least
@@ -49,6 +57,12 @@ using typemesh::layout;
 using typemesh::shape;
 
 using clock_type = std::chrono::steady_clock;
+
+// OpenBLAS threads for the direct references: the calling device's kernel
+// threads, or `threads` where given.
+void reference_blas_threads(int threads = typemesh::backend::host::kernel_threads()) {
+  openblas_set_num_threads(threads);
+}
 
 struct options {
   bool quick = false;
@@ -147,12 +161,14 @@ void matmul(const options& o, int bs, int ks, int ns, int devices) {
       return t;
     };
     ours[dev.id()] = timed([&] { keep(typemesh::einsum<b, n>(x, w)); });
+    reference_blas_threads();
     ref[dev.id()] = timed([&] {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, ns, ks, 1.0f, x.local().data(), ks, ws.data(), ns,
                   0.0f, c.data(), ns);
       typemesh_bench::touch(c.data());
     });
     ours_t[dev.id()] = timed([&] { keep(typemesh::einsum<b, n>(x, w_t)); });
+    reference_blas_threads();
     ref_t[dev.id()] = timed([&] {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, ns, ks, 1.0f, x.local().data(), ks, wt.data(), ks,
                   0.0f, c.data(), ns);
@@ -160,7 +176,8 @@ void matmul(const options& o, int bs, int ks, int ns, int devices) {
     });
   });
   auto worst = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
-  const std::string label = devices == 1 ? "matmul" : "matmul, " + std::to_string(devices) + " dev b split";
+  const std::string label = devices == 1 ? (bs <= 32 ? "matmul, small m" : "matmul")
+                                         : "matmul, " + std::to_string(devices) + " dev b split";
   row(label.c_str(), size, worst(ours), worst(ref), flops / devices);
   row((label + ", w [n,k]").c_str(), size, worst(ours_t), worst(ref_t), flops / devices);
 }
@@ -207,8 +224,10 @@ struct a1 : typemesh::axis<"a1"> {};
 struct a2 : typemesh::axis<"a2"> {};
 using lstm_mesh0 = typemesh::mesh<"lstm0", ax, a1, a2>;
 
-// The sgemm rate (FLOP/s) of an m x k times k x n product, in this run.
-double sgemm_rate(const options& o, int m, int kk, int nn) {
+// The sgemm rate (FLOP/s) of an m x k times k x n product on `threads`
+// threads, in this run.
+double sgemm_rate(const options& o, int m, int kk, int nn, int threads) {
+  reference_blas_threads(threads);
   const auto a = random_floats(std::size_t(m) * kk, 7), bm = random_floats(std::size_t(kk) * nn, 8);
   std::vector<float> c(std::size_t(m) * nn);
   const double t = time_median(o, [&] {
@@ -222,7 +241,9 @@ double sgemm_rate(const options& o, int m, int kk, int nn) {
 void lstm_step(const options& o, int batch, int units, int steps) {
   const auto xs = random_floats(std::size_t(batch) * steps * units, 9);
   double t = 0;
+  int threads = 1;
   typemesh::launch(1, [&] {
+    threads = typemesh::backend::host::kernel_threads();
     lstm_mesh0 m0({1, 1, 1});
     auto x = typemesh::import_tensor<layout<>>(
         m0, typemesh::host_tensor<float, shape<b, t_dim, k>>({batch, steps, units}, xs));
@@ -239,7 +260,7 @@ void lstm_step(const options& o, int batch, int units, int steps) {
   });
   // Per step and layer: the forward GEMM, and two of the same size backward.
   const double flops = 2.0 * 3 * 2.0 * batch * (2.0 * units) * (4.0 * units);
-  const double ref = sgemm_rate(o, batch, 2 * units, 4 * units);
+  const double ref = sgemm_rate(o, batch, 2 * units, 4 * units, threads);
   std::printf("%-30s %-14s %12.3f %12s %8.3f %10.2f %10.2f\n", "lstm 2 layers fwd+bwd / step",
               (std::to_string(batch) + "x" + std::to_string(units)).c_str(), t * 1e3, "-", flops / t / ref,
               flops / t / 1e9, ref / 1e9);
@@ -248,7 +269,9 @@ void lstm_step(const options& o, int batch, int units, int steps) {
 void conv_layer(const options& o, int batch, int side, int cin, int cout) {
   const auto xs = random_floats(std::size_t(batch) * side * side * cin, 10);
   double t = 0;
+  int threads = 1;
   typemesh::launch(1, [&] {
+    threads = typemesh::backend::host::kernel_threads();
     one_mesh m({1});
     auto x = typemesh::import_tensor<layout<>>(
         m, typemesh::host_tensor<float, shape<b, h_dim, w_dim, c_dim>>({batch, side, side, cin}, xs));
@@ -262,7 +285,7 @@ void conv_layer(const options& o, int batch, int side, int cin, int cout) {
     t = time_median(o, step);
   });
   const double fwd = 2.0 * batch * side * side * cout * 9.0 * cin;
-  const double ref = sgemm_rate(o, batch * side * side, 9 * cin, cout);
+  const double ref = sgemm_rate(o, batch * side * side, 9 * cin, cout, threads);
   // Forward, and the two products of the same size backward (filter; the input is not tracked here).
   const double flops = 2 * fwd;
   std::printf("%-30s %-14s %12.3f %12s %8.3f %10.2f %10.2f\n", "conv2d 3x3 fwd+bwd(filter)",
@@ -294,6 +317,12 @@ int main(int argc, char** argv) {
               "GFLOP/s", "ref GFLOP/s");
   const std::vector<int> sizes = o.quick ? std::vector<int>{64, 128} : std::vector<int>{256, 512, 1024, 2048};
   for (int s : sizes) matmul(o, s, s, s, 1);
+  if (o.quick) {
+    matmul(o, 32, 64, 128, 1);
+  } else {
+    matmul(o, 32, 512, 2048, 1);   // an LSTM step of 512 units: [x, h] times the four gates' weights
+    matmul(o, 32, 1024, 4096, 1);
+  }
   for (int s : sizes) matmul(o, s, s, s, 2);
   std::printf("(elementwise: reference = memcpy of the output's bytes)\n");
   for (int s : sizes) elementwise(o, s, s);

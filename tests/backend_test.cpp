@@ -8,10 +8,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -376,6 +378,82 @@ TEST(StridedKernels, ContractionsWithBatchDimsInsideTheOperandsMatchALoop) {
       });
     }
   }
+}
+
+// backend::gemm cuts a large BLAS product into one block of C per kernel
+// thread. At one thread it is one BLAS call; at more, every block is a part of
+// the same matrix product (against a double loop; the last bits may differ
+// from one call's, as with OpenBLAS's own threads).
+template <class T>
+void check_blas_blocks() {
+  struct product {
+    bool trans_a, trans_b;
+    std::int64_t m, n, k, lda, ldb, ldc;
+    T alpha, beta;
+  };
+  const product cases[] = {
+      {false, false, 512, 128, 256, 256, 128, 128, 1, 0},  // blocks of rows
+      {true, false, 500, 96, 900, 500, 100, 97, 1, 1},     // A transposed, strides past the edges, k in blocks
+      {false, true, 64, 1000, 200, 210, 200, 1000, 1, 0},  // blocks of columns
+      {true, true, 72, 700, 333, 80, 333, 701, T(0.5), T(-2)},
+      {false, false, 100, 100, 100, 100, 100, 100, 1, 0},  // too small to cut: one call
+  };
+  for (const product& g : cases) {
+    const std::string what = std::string(g.trans_a ? "A^T" : "A") + (g.trans_b ? " B^T" : " B") + " m " +
+                             std::to_string(g.m) + " n " + std::to_string(g.n) + " k " + std::to_string(g.k);
+    const std::int64_t a_rows = g.trans_a ? g.k : g.m, b_rows = g.trans_b ? g.n : g.k;
+    std::vector<T> a(static_cast<std::size_t>(a_rows * g.lda)), b(static_cast<std::size_t>(b_rows * g.ldb)),
+        c0(static_cast<std::size_t>(g.m * g.ldc));
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<T> u(-1, 1);
+    for (auto* v : {&a, &b, &c0}) {
+      for (auto& x : *v) x = u(rng);
+    }
+    const auto check = [&](const std::vector<T>& got, int threads) {
+      for (std::int64_t i = 0; i < g.m; ++i) {
+        for (std::int64_t j = 0; j < g.ldc; ++j) {
+          const auto e = static_cast<std::size_t>(i * g.ldc + j);
+          if (j >= g.n) {
+            ASSERT_EQ(got[e], c0[e]) << what << " at " << threads << " threads: a column past C's was written";
+            continue;
+          }
+          double sum = 0, scale = 0;
+          for (std::int64_t p = 0; p < g.k; ++p) {
+            const double x = g.trans_a ? a[static_cast<std::size_t>(p * g.lda + i)]
+                                       : a[static_cast<std::size_t>(i * g.lda + p)];
+            const double y = g.trans_b ? b[static_cast<std::size_t>(j * g.ldb + p)]
+                                       : b[static_cast<std::size_t>(p * g.ldb + j)];
+            sum += x * y;
+            scale += std::abs(x * y);
+          }
+          const double want = double(g.alpha) * sum + double(g.beta) * c0[e];
+          const double eps = std::numeric_limits<T>::epsilon();
+          ASSERT_NEAR(got[e], want, 4 * eps * (scale + std::abs(double(c0[e])) + 1))
+              << what << " at " << threads << " threads, (" << i << ", " << j << ")";
+        }
+      }
+    };
+    for (int threads : {1, 2, 3, 4}) {
+      std::vector<T> got = c0;
+      with_threads(threads, [&] {
+        EXPECT_EQ(be::blas_blocks(g.m, g.n, g.k), g.m * g.n * g.k > 8'000'000 ? threads : 1) << what;
+        be::gemm(host_space{}, g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a.data(), g.lda, b.data(), g.ldb,
+                 g.beta, got.data(), g.ldc);
+      });
+      check(got, threads);
+      if (threads == 1) {  // one BLAS call
+        std::vector<T> direct = c0;
+        be::blas_gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a.data(), g.lda, b.data(), g.ldb, g.beta,
+                      direct.data(), g.ldc);
+        EXPECT_EQ(std::memcmp(got.data(), direct.data(), got.size() * sizeof(T)), 0) << what;
+      }
+    }
+  }
+}
+
+TEST(BlasGemm, BlocksOnTheKernelThreadsMakeTheWholeProduct) {
+  check_blas_blocks<float>();
+  check_blas_blocks<double>();
 }
 
 TEST(Launch, ThreadsPerDeviceDefaultsToTheCoresSharedAndRejectsNegatives) {

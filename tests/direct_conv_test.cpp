@@ -122,9 +122,6 @@ std::vector<float> run(product p, const be::conv_geometry& g, const std::vector<
                          p == product::image_grad ? 0.0f : 12345.0f);  // the image gradient adds into zeros
   const conv_isa before = be::host::direct_conv_limit().exchange(limit);
   typemesh::launch({.devices = 1, .threads_per_device = threads}, [&](typemesh::device&) {
-    // BLAS on the device's threads, as the conv2d layer sets it: OpenBLAS's own
-    // worker threads are invisible to the thread sanitizer.
-    be::share_blas_threads();
     if (p == product::forward) be::conv_forward(host_space{}, x.data(), f.data(), out.data(), g);
     if (p == product::filter_grad) be::conv_filter_grad(host_space{}, x.data(), dy.data(), out.data(), g);
     if (p == product::image_grad) be::conv_image_grad(host_space{}, dy.data(), f.data(), out.data(), g);

@@ -3,12 +3,16 @@
 // 32 rows (host/small_gemm.hpp), and a plain loop for element types BLAS
 // lacks.
 //
-// Simulated devices are threads sharing the machine's cores, so BLAS gets
-// cores / devices threads each (at least one): without that, 8 devices on 2
-// cores would each start 2 BLAS threads and spend their time switching. The
-// cores are the machine's, or as many as the user gives BLAS with
+// BLAS runs on the device's own kernel threads, not its own: OpenBLAS is
+// kept at one thread and a large product is cut into one block of C per
+// kernel thread (host::pool()). With two pools, OpenBLAS's
+// threads spin between its calls on the cores the device's helpers need for
+// the kernels in between, and the helpers woke too late to take their part
+// (measured on 2 cores: the seed AlexNet's step ran at 1.1-1.2x its
+// one-thread speed at two threads). The cores are the machine's, or as many as the user gives BLAS with
 // OPENBLAS_NUM_THREADS (else GOTO_NUM_THREADS, else OMP_NUM_THREADS, the
-// order OpenBLAS reads them in): OPENBLAS_NUM_THREADS=1 means one thread.
+// order OpenBLAS reads them in), divided among the simulated devices
+// (launch_options::threads_per_device).
 #pragma once
 
 #include <cblas.h>
@@ -23,6 +27,7 @@
 #include <type_traits>
 
 #include "typemesh/backend/host/small_gemm.hpp"
+#include "typemesh/backend/parallel.hpp"
 #include "typemesh/backend/host/thread_pool.hpp"
 #include "typemesh/core/space.hpp"
 
@@ -53,15 +58,51 @@ inline int blas_cores() {
 // BLAS threads per device when `devices` devices share blas_cores().
 inline int blas_threads_per_device(int devices) { return std::max(1, blas_cores() / std::max(1, devices)); }
 
-// Gives BLAS the calling device's kernel threads (host::kernel_threads(),
-// which launch sets). Operations call it before their local products; cheap
-// when nothing changes.
-inline void share_blas_threads() {
+// Keeps OpenBLAS at one thread: the device's kernel threads run its calls in
+// parallel instead (gemm below). Checked at every product, so a program that
+// gave OpenBLAS more threads for its own calls gets it back at one.
+inline void blas_single_threaded() {
 #if defined(OPENBLAS_VERSION)
-  static std::atomic<int> current{0};
-  const int want = host::kernel_threads();
-  if (current.exchange(want) != want) openblas_set_num_threads(want);
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 #endif
+}
+
+// Where block p of `blocks` blocks of `cut` rows (or columns) starts:
+// boundaries on multiples of 16, the last block ending at `cut`.
+inline std::int64_t blas_block_begin(std::int64_t cut, int blocks, int p) {
+  return p == blocks ? cut : cut * p / blocks / 16 * 16;
+}
+
+// How many blocks of C a BLAS product is cut into: one per kernel thread,
+// fewer where a block would hold under 2^21 multiply-adds (the repeated
+// packing of the other operand and the call would then weigh; OpenBLAS also
+// computes products below about 10^6 unblocked on some CPUs). One block, one
+// call, on one thread. Blocks change where an element's tile falls in
+// OpenBLAS's kernels, and with it the order of its sum: as with OpenBLAS's
+// own threads, a product's last bits may differ between thread counts.
+inline int blas_blocks(std::int64_t m, std::int64_t n, std::int64_t k) {
+  constexpr std::int64_t least = std::int64_t(1) << 21;
+  const std::int64_t cut = std::max(m, n), across = std::min(m, n) * k;
+  for (int blocks = static_cast<int>(std::min<std::int64_t>(host::kernel_threads(), cut / 16)); blocks > 1;
+       --blocks) {
+    bool large = true;
+    for (int p = 0; p < blocks && large; ++p) {
+      large = (blas_block_begin(cut, blocks, p + 1) - blas_block_begin(cut, blocks, p)) * across > least;
+    }
+    if (large) return blocks;
+  }
+  return 1;
+}
+
+template <class T>
+void blas_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+               std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
 }
 
 // On the host space, C (m x n) = alpha * op(A) (m x k) * op(B) (k x n) + beta * C, row-major;
@@ -78,12 +119,26 @@ void gemm(host_space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n
     }
   }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
-    if constexpr (std::is_same_v<T, float>) {
-      cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    } else {
-      cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    blas_single_threaded();
+    const int blocks = blas_blocks(m, n, k);
+    if (blocks == 1) {
+      blas_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
     }
+    // Blocks of rows of C (each with its rows of op(A) and all of op(B)), or
+    // of columns where C is wider than tall.
+    const bool by_rows = m >= n;
+    const std::int64_t cut = by_rows ? m : n;
+    parallel_tasks(host_space{}, blocks, [&](int p) {
+      const std::int64_t begin = blas_block_begin(cut, blocks, p), end = blas_block_begin(cut, blocks, p + 1);
+      if (by_rows) {
+        blas_gemm(trans_a, trans_b, end - begin, n, k, alpha, a + (trans_a ? begin : begin * lda), lda, b, ldb, beta,
+                  c + begin * ldc, ldc);
+      } else {
+        blas_gemm(trans_a, trans_b, m, end - begin, k, alpha, a, lda, b + (trans_b ? begin * ldb : begin), ldb, beta,
+                  c + begin, ldc);
+      }
+    });
   } else {
     for (std::int64_t i = 0; i < m; ++i) {
       for (std::int64_t j = 0; j < n; ++j) {

@@ -40,6 +40,22 @@ inline bool& inside_kernel() {
   thread_local bool inside = false;
   return inside;
 }
+
+// part(p) for each p in [0, parts), on this thread and the pool's helpers,
+// each taking the next part not yet started; in order on this thread where
+// there is one thread or this is already inside a kernel.
+template <class Part>
+void run_parts(int parts, const Part& part) {
+  if (parts <= 1 || kernel_threads() <= 1 || inside_kernel()) {
+    for (int p = 0; p < parts; ++p) part(p);
+    return;
+  }
+  inside_kernel() = true;
+  struct reset {
+    ~reset() { inside_kernel() = false; }
+  } on_exit;
+  pool().run(parts, part);
+}
 }  // namespace host
 
 template <class F>
@@ -47,18 +63,17 @@ void parallel_for(host_space, std::int64_t n, const F& f, std::int64_t grain = d
   if (n <= 0) return;
   const std::int64_t most = std::max<std::int64_t>(1, n / std::max<std::int64_t>(1, grain));
   const int parts = static_cast<int>(std::min<std::int64_t>(host::kernel_threads(), most));
-  if (parts <= 1 || host::inside_kernel()) {
-    for (std::int64_t i = 0; i < n; ++i) f(i);
-    return;
-  }
-  host::inside_kernel() = true;
-  struct reset {
-    ~reset() { host::inside_kernel() = false; }
-  } on_exit;
-  host::pool().run(parts, [&](int p) {
+  host::run_parts(parts, [&](int p) {
     const std::int64_t begin = n * p / parts, end = n * (p + 1) / parts;
     for (std::int64_t i = begin; i < end; ++i) f(i);
   });
+}
+
+// f(i) for each i in [0, n), each index a task for the next free thread: for
+// a few large pieces of work of uneven cost (the blocks of a BLAS product).
+template <class F>
+void parallel_tasks(host_space, int n, const F& f) {
+  host::run_parts(n, [&](int i) { f(i); });
 }
 
 // The block that parallel_sum folds sequentially; blocks are then folded in

@@ -424,7 +424,6 @@ auto conv2d(const tensor<T, SX, LX, MX>& x, const tensor<T, SF, LF, MF>& filter,
 
     ops_detail::check_same_mesh("conv2d", x, filter);
     ops_detail::check_common_sizes("conv2d", x.shape(), filter.shape());
-    backend::share_blas_threads();
     const std::string context =
         detail::cat(" (conv2d of image ", x.shape().describe(), " with filter ", filter.shape().describe(), ")");
     const SF fs = filter.shape();

@@ -517,7 +517,6 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
     // z = xh . w: partial sums over this device's k, then over all of k.
     mem->gates.resize(static_cast<std::size_t>(rows * nl));
     T* z = backend::view(mem->gates).data();
-    backend::share_blas_threads();
     backend::gemm(Space{}, false, false, rows, nl, kl, T{1}, xh.data(), kl, w->data(), nl, T{0}, z, nl);
     if constexpr (!std::is_void_v<KA>) {
       group g = xh.mesh().template group_along<KA>(xh.device());
@@ -537,7 +536,6 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
                           XH dxh(dy.mesh(), xs, uninitialized);
                           if (dy.holds_data()) {
                             const T* dz = mem->dz_of(dy);
-                            backend::share_blas_threads();
                             backend::gemm(Space{}, false, true, rows, kl, nl, T{1}, dz, nl, w->data(), nl, T{0},
                                           dxh.data(), kl);
                             allreduce_along<NA>(dxh);
@@ -564,7 +562,6 @@ State cell(const XH& xh, const C& c, const std::shared_ptr<const W>& w) {
     add_in_place_edge<State>(*n, *w, [mem, xv = xh.detached(), rows, kl, nl](const State& dy, auto& dw) {
       if (!dy.holds_data()) return;
       const T* dz = mem->dz_of(dy);
-      backend::share_blas_threads();
       backend::gemm(Space{}, true, false, kl, nl, rows, T{1}, xv.data(), kl, dz, nl, T{1}, dw.data(), nl);
     });
   }
@@ -642,7 +639,6 @@ struct sequence_backward {
     T* d = backend::view(dz).data();
     const T* gates = backend::view(mem->gates).data();
     const T* cells = backend::view(mem->cells).data();
-    backend::share_blas_threads();
     for (std::int64_t t = e.steps; t-- > 0;) {
       T* dz_t = d + t * per_step * 4;
       backend::lstm_sequence_gate_gradients(Space{}, gates + t * per_step * 4, cells + t * per_step * 2,
@@ -659,7 +655,6 @@ struct sequence_backward {
     run(dy);
     Seq dx(dy.mesh(), dy.shape(), uninitialized);
     if (dy.holds_data()) {
-      backend::share_blas_threads();
       backend::gemm(Space{}, false, true, e.steps * e.rows, e.units, e.gates(), T{1}, backend::view(dz).data(),
                     e.gates(), w->data(), e.weight_stride(), T{0}, dx.data(), e.units);
     }
@@ -674,7 +669,6 @@ struct sequence_backward {
     if (!dy.holds_data()) return;
     const std::int64_t ng = e.gates(), ldw = e.weight_stride(), per_step = e.rows * e.units;
     const T* d = backend::view(dz).data();
-    backend::share_blas_threads();
     backend::gemm(Space{}, true, false, e.units, ng, e.steps * e.rows, T{1}, xs->data(), e.units, d, ng, T{1},
                   dw.data(), ldw);
     // H_prev: h0, then the outputs of all steps but the last.
@@ -709,7 +703,6 @@ Seq sequence_layer(const Seq& xs, const HK& h0, const CK& c0, const std::shared_
     mem->cells.resize(static_cast<std::size_t>(e.steps * per_step * 2));
     T* z = backend::view(mem->gates).data();
     T* cells = backend::view(mem->cells).data();
-    backend::share_blas_threads();
     // The input's part of every step's pre-activations in one product.
     backend::gemm(Space{}, false, false, e.steps * e.rows, ng, e.units, T{1}, xs.data(), e.units, w->data(), ldw,
                   T{0}, z, ng);

@@ -47,7 +47,6 @@ tensor<T, Out, OutL, M> contract_to(const tensor<T, SA, LA, M>& a, const tensor<
   tensor<T, Out, OutL, M> out(a.mesh(), out_shape, uninitialized);
   if (!a.holds_data()) return out;
   using U = dims_of<shape_union<shape_union<Out, SA>, SB>>;
-  backend::share_blas_threads();
   backend::contract(a.space(), a.data(), local_dims_of<U>(a), b.data(), local_dims_of<U>(b), out.data(),
                     local_dims_of<U>(out));
   if constexpr (any(axes)) {

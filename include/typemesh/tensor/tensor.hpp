@@ -63,8 +63,9 @@ class tensor {
     }
     if (auto c = m.coordinate_of(device_)) {
       slice_ = geometry::slice_at(s, m, *c);
-      if (zero) local_.resize(slice_.elements(), T{});
-      else local_.resize(slice_.elements());
+      local_.resize(slice_.elements());
+      // Zeros written by the device's kernel threads, not by the vector.
+      if (zero) backend::fill(space_type{}, data(), static_cast<std::int64_t>(local_.size()), T{});
     }
   }
 

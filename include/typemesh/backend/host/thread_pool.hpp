@@ -57,9 +57,18 @@ class thread_pool {
     }
     wake_.notify_all();
     work(j);
+    {
+      std::lock_guard lk(mutex_);
+      current_ = nullptr;  // helpers that wake from now on find nothing to do
+    }
+    // The helpers' parts usually end within microseconds of this thread's:
+    // watching for that briefly saves sleeping and being woken.
+    const auto until = std::chrono::steady_clock::now() + finish_watch_;
+    while (j.users.load(std::memory_order_acquire) != 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::yield();
+    }
     std::unique_lock lk(mutex_);
-    current_ = nullptr;  // helpers that wake from now on find nothing to do
-    finished_.wait(lk, [&] { return j.users == 0; });
+    finished_.wait(lk, [&] { return j.users.load(std::memory_order_relaxed) == 0; });
     if (j.failure) std::rethrow_exception(j.failure);
   }
 
@@ -69,7 +78,7 @@ class thread_pool {
     const void* context = nullptr;
     int parts = 0;
     std::atomic<int> next{0};
-    int users = 0;  // helpers working on it; under the mutex
+    std::atomic<int> users{0};  // helpers working on it; changed under the mutex
     std::exception_ptr failure;
   };
 
@@ -87,9 +96,9 @@ class thread_pool {
     std::uint64_t seen = 0;
     while (true) {
       // Kernels of a step come back to back: watching for the next one a
-      // little while before sleeping saves the wake-up (tens of
-      // microseconds on a busy machine), at the price of yielding the core
-      // in a loop meanwhile.
+      // while before sleeping saves the wake-up (tens of microseconds on a
+      // busy machine, long enough for the caller to have done the helpers'
+      // parts too), at the price of yielding the core in a loop meanwhile.
       const auto until = std::chrono::steady_clock::now() + watch_;
       while (generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) {
         std::this_thread::yield();
@@ -117,7 +126,7 @@ class thread_pool {
   std::mutex mutex_;
   std::condition_variable wake_, finished_;
   std::atomic<std::uint64_t> generation_{0};  // changed under the mutex, watched without it
-  static constexpr std::chrono::microseconds watch_{200};
+  static constexpr std::chrono::microseconds watch_{2000}, finish_watch_{200};
   job* current_ = nullptr;
   bool stopping_ = false;
 };
