@@ -75,8 +75,6 @@ struct slice_geometry {
   std::int64_t stride[Rank];
 };
 
-// out[local offset] = value(global index) for every element of the slice;
-// value is a kernel function of the index (std::uint64_t).
 // The slice's innermost rows: their number (the product of every extent but
 // the last) and the global index of a row's first element. A row's elements
 // then step by stride[Rank - 1].
@@ -97,6 +95,8 @@ TYPEMESH_KERNEL inline std::int64_t row_first_index(const slice_geometry<Rank>& 
   return index;
 }
 
+// out[local offset] = value(global index) for every element of the slice;
+// value is a kernel function of the index (std::uint64_t).
 template <class Space, class T, std::size_t Rank, class F>
 void fill_by_global_index(Space s, T* out, const slice_geometry<Rank>& g, F value) {
   const std::int64_t rows = slice_rows(g);
