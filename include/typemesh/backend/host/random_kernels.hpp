@@ -105,7 +105,7 @@ template <class U, class T>
   U index;
   for (int l = 0; l < w; ++l) index[l] = first + static_cast<std::uint64_t>(l) * step;
   const U advance = U{} + static_cast<std::uint64_t>(w) * step;
-  // Both sides of the comparison are below 2^54, so the signed compare
+  // Both sides of the comparison are at most 2^53, so the signed compare
   // (the one AVX2 has) orders them as unsigned.
   const S limit = S{} + static_cast<std::int64_t>(threshold);
   typename lanes_of<U, T>::bit keep_bits;
@@ -119,6 +119,7 @@ template <class U, class T>
     z ^= base;
     splitmix64(z);
     const S dropped = (S)(z >> 11) < limit;
+    // A dropped lane (all ones) gives +0, a kept one keep's bits.
     const V values = (V)(~__builtin_convertvector(dropped, B) & keep_lanes);
     if (j + w > count) {
       if (j < count) {
