@@ -6,7 +6,11 @@
 //   vectors and the padded last one alike);
 // - the unpacked small-row GEMMs (backend/host/small_gemm.hpp) against a
 //   double loop, B as stored and transposed, with strides, alpha and beta
-//   (beta 0 never reading C), the same bits at 1, 2 and 3 threads.
+//   (beta 0 never reading C), the same bits at 1, 2 and 3 threads;
+// - the dropout mask in vector lanes (backend/host/random_kernels.hpp)
+//   against the scalar formula, row by row and through dropout_mask_fill at
+//   1, 2 and 3 threads; and, on every CPU, the integer threshold of the
+//   scalar formula against the double comparison it replaces.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,9 +20,110 @@
 #include <string>
 #include <vector>
 
+#include <typemesh/backend/host/random_kernels.hpp>
 #include <typemesh/backend/host/small_gemm.hpp>
 #include <typemesh/backend/host/vector_math.hpp>
+#include <typemesh/backend/random.hpp>
 #include <typemesh/runtime/launch.hpp>
+
+namespace {
+
+namespace backend = typemesh::backend;
+
+// What the mask used to compare: the uniform draw against the rate.
+bool dropped_by_double(double rate, std::uint64_t n) { return static_cast<double>(n) * 0x1.0p-53 < rate; }
+
+const double threshold_rates[] = {0.1,
+                                  0.3,
+                                  0.5,
+                                  1.0 / 3.0,
+                                  1e-12,
+                                  0.999999,
+                                  0.0,
+                                  1.0,
+                                  -0.0,
+                                  -0.25,
+                                  1.5,
+                                  0x1.0p-53,
+                                  0x1.8p-53,
+                                  0x1.0p-60,
+                                  std::numeric_limits<double>::denorm_min(),
+                                  std::numeric_limits<double>::min(),
+                                  std::nextafter(1.0, 0.0),
+                                  1.0 - 0x1.0p-53,
+                                  std::nextafter(0.5, 0.0),
+                                  std::nextafter(0.5, 1.0),
+                                  std::numeric_limits<double>::infinity(),
+                                  -std::numeric_limits<double>::infinity()};
+
+// n < threshold iff n * 2^-53 < rate for every n below 2^53: the double
+// comparison is monotone in n, so it is enough that it holds at threshold - 1
+// and fails at threshold (where those are below 2^53).
+void expect_threshold_is_exact(double rate) {
+  const std::uint64_t t = backend::dropout_threshold(rate), top = std::uint64_t(1) << 53;
+  ASSERT_LE(t, top) << "rate " << rate;
+  if (t > 0) {
+    EXPECT_TRUE(dropped_by_double(rate, t - 1)) << "rate " << rate << " threshold " << t;
+  }
+  if (t < top) {
+    EXPECT_FALSE(dropped_by_double(rate, t)) << "rate " << rate << " threshold " << t;
+  }
+  for (std::uint64_t n : {std::uint64_t(0), std::uint64_t(1), top / 2, top - 1}) {
+    EXPECT_EQ(n < t, dropped_by_double(rate, n)) << "rate " << rate << " n " << n;
+  }
+}
+
+TEST(DropoutThreshold, IsTheExactIntegerFormOfTheDoubleComparison) {
+  for (double rate : threshold_rates) expect_threshold_is_exact(rate);
+  // Rates spread over every exponent a rate below 1 can have.
+  std::uint64_t state = 12345;
+  for (int k = 0; k < 20000; ++k) {
+    state = backend::splitmix64(state);
+    const double mantissa = 1.0 + static_cast<double>(state >> 12) * 0x1.0p-52;
+    expect_threshold_is_exact(std::ldexp(mantissa, -1 - static_cast<int>(state % 1074)));
+  }
+  EXPECT_EQ(backend::dropout_threshold(0.0), 0u);
+  EXPECT_EQ(backend::dropout_threshold(1.0), std::uint64_t(1) << 53);
+  // NaN keeps everything, as the comparison did (the layer rejects it first).
+  EXPECT_EQ(backend::dropout_threshold(std::numeric_limits<double>::quiet_NaN()), 0u);
+}
+
+TEST(DropoutThreshold, TheScalarMaskIsTheOneTheDoubleComparisonGave) {
+  const std::uint64_t bases[] = {0, 1, backend::random_base(42, 0x1234abcd, 7, 1), ~std::uint64_t(0)};
+  const std::uint64_t starts[] = {0, (std::uint64_t(1) << 40) - 1000, std::uint64_t(1) << 62};
+  std::int64_t dropped = 0, total = 0;
+  for (double rate : threshold_rates) {
+    if (std::isinf(rate)) continue;
+    for (std::uint64_t base : bases) {
+      const backend::random_fill_detail::dropout_value<float> value{base, backend::dropout_threshold(rate), 2.0f};
+      for (std::uint64_t start : starts) {
+        for (std::uint64_t i = start; i < start + 4000; ++i) {
+          const bool was = backend::random_uniform(base, i) < rate;
+          ASSERT_EQ(value(i), was ? 0.0f : 2.0f) << "rate " << rate << " base " << base << " i " << i;
+          dropped += was;
+          ++total;
+        }
+      }
+    }
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_LT(dropped, total);
+  // Rates at and just above an element's own draw, where an off-by-one in
+  // the threshold or the comparison would show (random rates almost never
+  // land there).
+  for (std::uint64_t base : bases) {
+    for (std::uint64_t i = 0; i < 2000; ++i) {
+      const std::uint64_t n = backend::random_bits53(base, i);
+      for (double rate : {static_cast<double>(n) * 0x1.0p-53, std::nextafter(static_cast<double>(n) * 0x1.0p-53, 2.0)}) {
+        const backend::random_fill_detail::dropout_value<float> value{base, backend::dropout_threshold(rate), 2.0f};
+        ASSERT_EQ(value(i), backend::random_uniform(base, i) < rate ? 0.0f : 2.0f)
+            << "rate " << rate << " at element " << i << "'s draw";
+      }
+    }
+  }
+}
+
+}  // namespace
 
 #if TYPEMESH_HOST_SIMD
 namespace {
@@ -266,6 +371,113 @@ TEST(SmallGemm, TakesOnlyWhatItIsBuiltFor) {
   EXPECT_EQ(host::small_gemm_suits(false, false, 32, 64, 4096), host::simd_isa::none) << "B's panel too big";
   EXPECT_EQ(host::small_gemm_suits(false, true, 32, 64, 8192), host::simd_isa::none) << "A too big";
   EXPECT_NE(host::small_gemm_suits(false, false, 32, 2048, 512), host::simd_isa::none);
+}
+
+// The mask kernels of one element type, per instruction set.
+template <class T>
+struct mask_isa {
+  std::string name;
+  void (*row)(T*, std::uint64_t, std::uint64_t, std::int64_t, std::uint64_t, std::uint64_t, T);
+};
+
+template <class T>
+std::vector<mask_isa<T>> mask_isas() {
+  namespace rs = typemesh::backend::host::rng_simd;
+  std::vector<mask_isa<T>> out;
+  const auto isa = host::random_simd_isa();
+  if (isa >= host::simd_isa::avx2) out.push_back({"avx2", rs::dropout_row_avx2});
+  if (isa >= host::simd_isa::avx512) out.push_back({"avx512", rs::dropout_row_avx512});
+  return out;
+}
+
+template <class T>
+bool same_value_bits(T a, T b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+template <class T>
+void check_mask_rows() {
+  const auto isas = mask_isas<T>();
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  const std::uint64_t big = std::uint64_t(1) << 40;
+  const std::uint64_t starts[] = {0, 1, 7, 12345, big - 5, big + 3};
+  const std::uint64_t steps[] = {1, 3, 1000};
+  const std::uint64_t bases[] = {0, backend::random_base(42, 0x1234abcd, 7, 1), backend::random_base(1, 2, 3, 4)};
+  const double rates[] = {0.1, 0.5, 1.0 / 3.0, 0.999999, 1e-12, 0.0, 1.0};
+  const T sentinel = std::numeric_limits<T>::quiet_NaN();
+  // The rates' thresholds, then (rate -1) thresholds equal to the draw of
+  // the row's first or last element, where an off-by-one would show.
+  std::vector<double> cases(std::begin(rates), std::end(rates));
+  cases.push_back(-1.0);
+  cases.push_back(-2.0);
+  for (const auto& f : isas) {
+    std::int64_t kept = 0, dropped = 0;
+    for (double rate : cases) {
+      const T keep = rate > 0.0 && rate < 1.0 ? static_cast<T>(1.0 / (1.0 - rate)) : T{1.25};
+      for (std::uint64_t base : bases) {
+        for (std::uint64_t start : starts) {
+          for (std::uint64_t step : steps) {
+            for (std::int64_t count = 0; count <= 67; ++count) {
+              const std::uint64_t last = start + static_cast<std::uint64_t>(std::max<std::int64_t>(count - 1, 0)) * step;
+              const std::uint64_t threshold = rate == -1.0   ? backend::random_bits53(base, start)
+                                              : rate == -2.0 ? backend::random_bits53(base, last)
+                                                             : backend::dropout_threshold(rate);
+              const backend::random_fill_detail::dropout_value<T> scalar{base, threshold, keep};
+              // One element past the row must stay untouched.
+              std::vector<T> out(static_cast<std::size_t>(count + 1), sentinel);
+              f.row(out.data(), start, step, count, base, threshold, keep);
+              for (std::int64_t j = 0; j < count; ++j) {
+                const T want = scalar(start + static_cast<std::uint64_t>(j) * step);
+                ASSERT_TRUE(same_value_bits(out[static_cast<std::size_t>(j)], want))
+                    << f.name << " rate " << rate << " threshold " << threshold << " base " << base << " start "
+                    << start << " step " << step << " count " << count << " element " << j;
+                (want == T{0} ? dropped : kept) += 1;
+              }
+              ASSERT_TRUE(same_value_bits(out[static_cast<std::size_t>(count)], sentinel))
+                  << f.name << " wrote past the row of " << count;
+            }
+          }
+        }
+      }
+    }
+    EXPECT_GT(kept, 0) << f.name;
+    EXPECT_GT(dropped, 0) << f.name;
+  }
+}
+
+TEST(DropoutMaskRow, FloatMatchesTheScalarFormula) { check_mask_rows<float>(); }
+TEST(DropoutMaskRow, DoubleMatchesTheScalarFormula) { check_mask_rows<double>(); }
+
+// Through dropout_mask_fill (the vector kernels where the CPU has them)
+// against fill_by_global_index with the scalar formula, over a slice that is
+// not the whole tensor and whose global strides are another order of its
+// dims, at 1, 2 and 3 threads.
+template <class T>
+void check_mask_fill() {
+  const backend::slice_geometry<3> g{{70, 61, 37}, {3, 5, 11}, {1, 80 * 50, 80}};
+  const std::size_t n = 70 * 61 * 37;
+  const std::uint64_t base = backend::random_base(7, 99, 3, 1);
+  const double rate = 0.3;
+  const T keep = static_cast<T>(1.0 / 0.7);
+  std::vector<T> want(n, std::numeric_limits<T>::quiet_NaN());
+  backend::fill_by_global_index(typemesh::host_space{}, want.data(), g,
+                                backend::random_fill_detail::dropout_value<T>{base, backend::dropout_threshold(rate),
+                                                                               keep});
+  for (int threads : {1, 2, 3}) {
+    std::vector<T> got(n, std::numeric_limits<T>::quiet_NaN());
+    typemesh::launch({.devices = 1, .threads_per_device = threads}, [&](typemesh::device&) {
+      backend::dropout_mask_fill(typemesh::host_space{}, got.data(), g, base, rate, keep);
+    });
+    for (std::size_t e = 0; e < n; ++e) {
+      ASSERT_TRUE(same_value_bits(got[e], want[e])) << threads << " threads, element " << e;
+    }
+  }
+}
+
+TEST(DropoutMaskFill, GivesTheScalarBitsAtEveryThreadCount) {
+  if (host::random_simd_isa() == host::simd_isa::none) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  check_mask_fill<float>();
+  check_mask_fill<double>();
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// What the host's hand-vectorised kernels (direct_conv.hpp, vector_math.hpp)
-// share: the instruction sets they are built for, the one this CPU runs, and
-// GCC/Clang vector types with unaligned loads and stores.
+// What the host's hand-vectorised kernels (direct_conv.hpp, vector_math.hpp,
+// random_kernels.hpp) share: the instruction sets they are built for, the one
+// this CPU runs, and GCC/Clang vector types with unaligned loads and stores.
 //
 // Users compile the library with their own flags, usually without -march, so
 // those kernels are written once as templates over the vector type, inlined
