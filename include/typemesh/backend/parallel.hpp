@@ -24,10 +24,13 @@
 
 namespace typemesh::backend {
 
-// Indices below this many per thread are not worth waking a helper for:
-// about 40 microseconds of elementwise work, several times what a wake-up
-// costs on a busy machine (measured with the ops benchmark).
-inline constexpr std::int64_t default_grain = std::int64_t(1) << 16;
+// Indices below this many per thread are not worth handing to a helper:
+// about 10 microseconds of elementwise work. Helpers watch for the next
+// kernel for 2 ms before they sleep (host/thread_pool.hpp), so one is usually
+// awake and takes its part within a few microseconds; 65536 was the grain
+// while they slept after 200 us (the seed Transformer's step at 2 threads:
+// 45.0 ms at this grain against 49.7 ms, best of five each).
+inline constexpr std::int64_t default_grain = std::int64_t(1) << 14;
 
 // A grain for kernels whose index does `work` elements' worth of work (a
 // row of a softmax, a pixel of a convolution).

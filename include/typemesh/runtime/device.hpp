@@ -80,6 +80,7 @@ class device {
     std::size_t gs = g.size();
     std::size_t own = (m + 1) * n / gs - m * n / gs;  // the chunk this member reduces
     count(op_kind::allreduce, ((gs - 1) * own + (n - own)) * sizeof(T), ((gs - 1) * own + (n - own)) * sizeof(T));
+    if (gs == 1 && in == out) return;  // in place over one member: already its own reduction
     in_communicator_memory(s, in, n, out, n_out, [&](const T* i, T* o) { impl_->allreduce(g, i, o, n, dtype_of<T>, op); });
   }
 
