@@ -38,7 +38,7 @@ DESCRIPTIONS = {
 }
 # As in peer_steps.cpp.
 LEARNING_RATE = {"mlp": 0.01, "transformer": 0.01, "rnnlm": 0.01, "conv": 0.001}
-LINE = re.compile(r"^peer_step step=(\w+) threads=(\d+) .*mean_ms=([0-9.]+) .*blas_threads=(\d+)")
+LINE = re.compile(r"^peer_step step=(\w+) threads=(\d+) .*mean_ms=([0-9.]+) .*kernel_threads=(\d+)")
 OVERHEAD_LINE = re.compile(r"^peer_overhead .*forward_us_per_op=([0-9.]+) backward_us_per_op=([0-9.]+)")
 
 
@@ -81,7 +81,7 @@ def typemesh_ms(binary, step, threads, args):
         m = LINE.match(line)
         if m and m.group(1) == step:
             if int(m.group(4)) != threads:
-                sys.exit(f"peer.py: typemesh ran BLAS on {m.group(4)} threads, not the {threads} asked for")
+                sys.exit(f"peer.py: typemesh ran its kernels on {m.group(4)} threads, not the {threads} asked for")
             return float(m.group(3))
     sys.exit(f"peer.py: no 'peer_step step={step}' line in the output of {' '.join(cmd)}:\n{run.stdout}")
 

@@ -8,7 +8,7 @@
 // Output, one line per step run:
 //
 //   peer_step step=mlp threads=1 warmup=2 steps=10 mean_ms=... min_ms=...
-//     first_loss=... last_loss=... blas_threads=1
+//     first_loss=... last_loss=... kernel_threads=1
 //
 // mean_ms is the mean time of the timed steps after the warm-up steps.
 // The program checks that every loss is finite and that, over a run of two
@@ -35,8 +35,6 @@
 // (the medians over the timed runs; bench/peer.py runs the same chain in
 // PyTorch eager). It checks the gradient of x against the chain's own
 // derivative, computed on the host.
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -218,9 +216,9 @@ int main(int argc, char** argv) {
         double total = 0, fastest = r.seconds.front();
         for (double t : r.seconds) total += t, fastest = std::min(fastest, t);
         std::printf("peer_step step=%s threads=%d warmup=%d steps=%d mean_ms=%.3f min_ms=%.3f first_loss=%.6g "
-                    "last_loss=%.6g blas_threads=%d\n",
+                    "last_loss=%.6g kernel_threads=%d\n",
                     name, o.threads, o.warmup, o.steps, 1e3 * total / double(r.seconds.size()), 1e3 * fastest,
-                    r.first_loss, r.last_loss, openblas_get_num_threads());
+                    r.first_loss, r.last_loss, typemesh::backend::host::kernel_threads());
         std::fflush(stdout);
         const bool finite = std::isfinite(r.first_loss) && std::isfinite(r.last_loss);
         if (!typemesh_peer::losses_plausible(name, o.warmup + o.steps, r.first_loss, r.last_loss)) {

@@ -456,6 +456,29 @@ TEST(BlasGemm, BlocksOnTheKernelThreadsMakeTheWholeProduct) {
   check_blas_blocks<double>();
 }
 
+// A batch of products as many as the threads or more is spread over them,
+// each product whole on one thread: the bits of one BLAS call per product.
+TEST(BlasGemm, ABatchOfProductsGivesEachProductsOwnCall) {
+  const std::int64_t m = 64, n = 48, k = 40, count = 7, lda = 40, ldb = 50, ldc = 49;
+  const std::int64_t sa = m * lda + 3, sb = n * ldb + 5, sc = m * ldc + 2;  // B stored transposed
+  const auto a = random_floats(static_cast<std::size_t>(count * sa), 3);
+  const auto b = random_floats(static_cast<std::size_t>(count * sb), 4);
+  const auto c0 = random_floats(static_cast<std::size_t>(count * sc), 5);
+  std::vector<float> want = c0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    be::blas_gemm(false, true, m, n, k, 1.5f, a.data() + i * sa, lda, b.data() + i * sb, ldb, 0.5f,
+                  want.data() + i * sc, ldc);
+  }
+  for (int threads : {1, 2, 3, 4}) {
+    std::vector<float> got = c0;
+    with_threads(threads, [&] {
+      be::gemm_batched(host_space{}, false, true, m, n, k, 1.5f, a.data(), lda, sa, b.data(), ldb, sb, 0.5f,
+                       got.data(), ldc, sc, count);
+    });
+    EXPECT_TRUE(same_bits(got, want)) << threads << " threads";
+  }
+}
+
 TEST(Launch, ThreadsPerDeviceDefaultsToTheCoresSharedAndRejectsNegatives) {
   typemesh::launch({.devices = 2}, [](typemesh::device&) {
     EXPECT_EQ(be::host::kernel_threads(), be::blas_threads_per_device(2));

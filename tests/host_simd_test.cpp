@@ -370,7 +370,9 @@ TEST(SmallGemm, TakesOnlyWhatItIsBuiltFor) {
   EXPECT_EQ(host::small_gemm_suits(false, true, 32, 72, 40), host::simd_isa::none) << "k not whole vectors";
   EXPECT_EQ(host::small_gemm_suits(false, false, 32, 64, 4096), host::simd_isa::none) << "B's panel too big";
   EXPECT_EQ(host::small_gemm_suits(false, true, 32, 64, 8192), host::simd_isa::none) << "A too big";
+  EXPECT_EQ(host::small_gemm_suits(false, false, 32, 4096, 1024), host::simd_isa::none) << "B too big";
   EXPECT_NE(host::small_gemm_suits(false, false, 32, 2048, 512), host::simd_isa::none);
+  EXPECT_NE(host::small_gemm_suits(false, true, 32, 4096, 1024), host::simd_isa::none);
 }
 
 // The mask kernels of one element type, per instruction set.

@@ -120,7 +120,7 @@ void gemm(host_space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n
   }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     blas_single_threaded();
-    const int blocks = blas_blocks(m, n, k);
+    const int blocks = host::inside_kernel() ? 1 : blas_blocks(m, n, k);
     if (blocks == 1) {
       blas_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       return;
@@ -161,16 +161,28 @@ void gemm(host_space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n
 namespace typemesh::backend {
 
 // `count` products C_i = alpha * op(A_i) * op(B_i) + beta * C_i as gemm,
-// where X_i = x + i * stride_x: one after another, in order. The CUDA space
-// has its own (one strided-batched cuBLAS call).
+// where X_i = x + i * stride_x. On the host, as many products as threads or
+// more are spread over the kernel threads, each product whole on one
+// (attention's per-head products are each too small to cut); fewer run one
+// after another, each cut as gemm cuts it. The CUDA space has its own (one
+// strided-batched cuBLAS call).
 template <class Space, class T>
 void gemm_batched(Space s, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
                   const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
                   std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; ++i) {
+  const auto product = [&](std::int64_t i) {
     gemm(s, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c,
          ldc);
+  };
+  if constexpr (std::is_same_v<Space, host_space>) {
+    if (count > 1 && count >= host::kernel_threads()) {
+      // At least 2^18 multiply-adds (some microseconds) a thread.
+      const std::int64_t work = std::max<std::int64_t>(1, m * n * k);
+      parallel_for(s, count, product, std::max<std::int64_t>(1, (std::int64_t(1) << 18) / work));
+      return;
+    }
   }
+  for (std::int64_t i = 0; i < count; ++i) product(i);
 }
 
 }  // namespace typemesh::backend

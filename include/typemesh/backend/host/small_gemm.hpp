@@ -30,15 +30,21 @@ namespace typemesh::backend::host {
 // in cache.
 inline constexpr std::int64_t small_gemm_rows = 32;
 inline constexpr std::int64_t small_gemm_panel_bytes = std::int64_t{512} << 10;
+// The most bytes of B as stored the kernels take: walking a larger B column
+// panel by column panel ran at half of sgemm's rate (32 x 1024 x 4096, 16 MiB:
+// 63 against 120 GFLOP/s in the ops benchmark at 2 threads, where the 4 MiB of
+// an LSTM step of 512 units ran at 1.7 times sgemm's).
+inline constexpr std::int64_t small_gemm_stored_bytes = std::int64_t{4} << 20;
 
 // The instruction set the kernels run this product with, or none: m at most
-// small_gemm_rows, A as stored; with B as stored, n a multiple of 16 and a
-// 64-column panel of B within small_gemm_panel_bytes; with B transposed, k a
+// small_gemm_rows, A as stored; with B as stored, n a multiple of 16, a
+// 64-column panel of B within small_gemm_panel_bytes and all of B within
+// small_gemm_stored_bytes; with B transposed, k a
 // multiple of 16 and A within small_gemm_panel_bytes.
 inline simd_isa small_gemm_suits(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k) {
   if (trans_a || m < 1 || m > small_gemm_rows || n < 1 || k < 16) return simd_isa::none;
   const std::int64_t panel = trans_b ? m * k * 4 : k * 64 * 4;
-  const bool fits = trans_b ? k % 16 == 0 : n % 16 == 0;
+  const bool fits = trans_b ? k % 16 == 0 : n % 16 == 0 && k * n * 4 <= small_gemm_stored_bytes;
   return fits && panel <= small_gemm_panel_bytes ? detected_simd_isa() : simd_isa::none;
 }
 
