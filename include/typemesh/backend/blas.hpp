@@ -3,13 +3,13 @@
 // 32 rows (host/small_gemm.hpp), and a plain loop for element types BLAS
 // lacks.
 //
-// BLAS runs on the device's own kernel threads, not its own: OpenBLAS is
-// kept at one thread and a large product is cut into one block of C per
-// kernel thread (host::pool()). With two pools, OpenBLAS's
-// threads spin between its calls on the cores the device's helpers need for
-// the kernels in between, and the helpers woke too late to take their part
-// (measured on 2 cores: the seed AlexNet's step ran at 1.1-1.2x its
-// one-thread speed at two threads). The cores are the machine's, or as many as the user gives BLAS with
+// BLAS runs on the device's own kernel threads, not on its own: OpenBLAS
+// is kept at one thread and a large product is cut into one block of C per
+// kernel thread (host::pool()). With two pools, OpenBLAS's threads spun
+// between its calls on the cores the device's helpers need for the kernels
+// in between, and the helpers woke too late to take their part (on 2 cores
+// the seed AlexNet's step ran at 1.15x its one-thread speed at two threads).
+// The cores are the machine's, or as many as the user gives BLAS with
 // OPENBLAS_NUM_THREADS (else GOTO_NUM_THREADS, else OMP_NUM_THREADS, the
 // order OpenBLAS reads them in), divided among the simulated devices
 // (launch_options::threads_per_device).
@@ -18,7 +18,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <atomic>
 #include <charconv>
 #include <cstdint>
 #include <cstdlib>
