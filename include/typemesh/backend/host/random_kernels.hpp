@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "typemesh/backend/host/simd.hpp"
 
@@ -38,52 +39,25 @@ namespace rng_simd {
 
 typedef std::uint64_t u64x8 __attribute__((vector_size(64)));
 typedef std::uint64_t u64x4 __attribute__((vector_size(32)));
-typedef std::int64_t i64x8 __attribute__((vector_size(64)));
-typedef std::int64_t i64x4 __attribute__((vector_size(32)));
-typedef std::int32_t i32x8 __attribute__((vector_size(32)));
-typedef std::int32_t i32x4 __attribute__((vector_size(16)));
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef float f32x4 __attribute__((vector_size(16)));
-typedef double f64x8 __attribute__((vector_size(64)));
-typedef double f64x4 __attribute__((vector_size(32)));
 
-// For a vector U of 64-bit counters: the signed vector of its lanes, and for
-// an output element T the integer of T's width, the vector of those with
-// U's lane count, and the T vector.
+// For a vector U of 64-bit counters and an output element T: the signed
+// vector of U's lanes, the integer of T's width, and vectors of those
+// integers and of T with U's lane count.
 template <class U, class T>
-struct lanes_of;
-template <>
-struct lanes_of<u64x8, float> {
-  using signed_type = i64x8;
-  using bit = std::int32_t;
-  using bits = i32x8;
-  using out = f32x8;
-};
-template <>
-struct lanes_of<u64x4, float> {
-  using signed_type = i64x4;
-  using bit = std::int32_t;
-  using bits = i32x4;
-  using out = f32x4;
-};
-template <>
-struct lanes_of<u64x8, double> {
-  using signed_type = i64x8;
-  using bit = std::int64_t;
-  using bits = i64x8;
-  using out = f64x8;
-};
-template <>
-struct lanes_of<u64x4, double> {
-  using signed_type = i64x4;
-  using bit = std::int64_t;
-  using bits = i64x4;
-  using out = f64x4;
+struct lanes_of {
+  static constexpr int width = sizeof(U) / sizeof(std::uint64_t);
+  using bit = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+  typedef std::int64_t signed_type __attribute__((vector_size(sizeof(U))));
+  typedef bit bits __attribute__((vector_size(width * sizeof(T))));
+  typedef T out __attribute__((vector_size(width * sizeof(T))));
 };
 
 // backend::splitmix64 lane by lane (the constants are the same; the tests
-// hold both to the same bits). Where the target has no 64-bit vector
-// multiply (AVX2), GCC builds each product from three 32 x 32 -> 64 ones.
+// hold both to the same bits). A copy rather than one template for both: the
+// scalar one is also a CUDA kernel function, and this one must inline into
+// the target-attributed callers, its vectors by reference. Where the target
+// has no 64-bit vector multiply (AVX2), GCC builds each product from three
+// 32 x 32 -> 64 ones.
 template <class U>
 [[gnu::always_inline]] inline void splitmix64(U& z) {
   z += 0x9e3779b97f4a7c15ull;
@@ -100,7 +74,7 @@ template <class U, class T>
   using S = typename lanes_of<U, T>::signed_type;
   using B = typename lanes_of<U, T>::bits;
   using V = typename lanes_of<U, T>::out;
-  constexpr int w = static_cast<int>(sizeof(U) / sizeof(std::uint64_t));
+  constexpr int w = lanes_of<U, T>::width;
   static_assert(sizeof(V) == w * sizeof(T));
   U index;
   for (int l = 0; l < w; ++l) index[l] = first + static_cast<std::uint64_t>(l) * step;
