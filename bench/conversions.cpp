@@ -96,6 +96,8 @@
 //   --quick          small tensors (a few KiB to 256 KiB), short repetitions
 //   --min-time-ms T  timed work per measurement (default 200; --quick: 2)
 //   --min-reps R     at least R timed repetitions (default 5; --quick: 2)
+//   --case C         only case C (1, 1r, 2, 2r, 2z, 3, 3r or 4); may be given
+//                    more than once
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -151,18 +153,32 @@ using interleaved_mesh = typemesh::mesh<"interleaved", axis0>;
 using half_mesh = typemesh::mesh<"every_other", axis0>;
 
 struct options : repeat_options {
-  double plan_rep_s = 0.002;  // aim of one plan-only repetition
+  double plan_rep_s = 0.002;       // aim of one plan-only repetition
+  std::vector<std::string> cases;  // --case: only these (all when empty)
+
+  bool runs(std::string_view name) const {
+    return cases.empty() || std::find(cases.begin(), cases.end(), name) != cases.end();
+  }
 
   options() : repeat_options{.min_time_s = 0.200, .min_reps = 5, .max_reps = 10'000} {}
 };
 
+constexpr std::string_view case_names[] = {"1", "1r", "2", "2r", "2z", "3", "3r", "4"};
+
 constexpr program_info program{"typemesh-bench-conversions",
-                               "typemesh-bench-conversions [--quick] [--min-time-ms T] [--min-reps R]"};
+                               "typemesh-bench-conversions [--quick] [--min-time-ms T] [--min-reps R] [--case C]..."};
 
 options parse(int argc, char** argv) {
   options o;
   parse_flags(argc, argv, program, "measures relayouts and mesh replacements against memcpy (see the source's header)",
-              o, [](std::string_view, auto&) { return false; });
+              o, [&](std::string_view a, auto& value) {
+                if (a != "--case") return false;
+                o.cases.push_back(value());
+                return true;
+              });
+  for (const std::string& c : o.cases)
+    if (!std::count(std::begin(case_names), std::end(case_names), c))
+      usage(program, "unknown case '" + c + "' (cases: 1 1r 2 2r 2z 3 3r 4)");
   if (o.quick) o.plan_rep_s = 0.0002;
   return o;
 }
@@ -415,35 +431,54 @@ int main(int argc, char** argv) {
 
   std::vector<row> rows;
   try {
-    auto add = [&](row r) {
+    // Measures case `name` (unless --case leaves it out) and prints its row.
+    auto add = [&](std::string_view name, auto measure) {
+      if (!opt.runs(name)) return;
+      row r = measure(std::string(name));
       if (rows.empty()) print_header();
       rows.push_back(std::move(r));
       print_row(rows.back());
     };
-    add(run_case<layout<k(axis2)>>(opt, "1", rnn, embed, lstm0, [](const auto& x, const auto& to) {
-      return typemesh::replace_mesh<layout<batch(axis0)>, independent_axes>(x, to);
-    }));
-    add(run_case<layout<batch(axis0)>>(opt, "1r", rnn, lstm0, embed, [](const auto& x, const auto& to) {
-      return typemesh::replace_mesh<layout<k(axis2)>, independent_axes>(x, to);
-    }));
-    add(run_case<layout<d_model(axis0)>>(opt, "2", trf, flat, grid42, [](const auto& x, const auto& to) {
-      return typemesh::replace_mesh<layout<batch(axis0)>, independent_axes>(x, to);
-    }));
-    add(run_case<layout<batch(axis0)>>(opt, "2r", trf, grid42, flat, [](const auto& x, const auto& to) {
-      return typemesh::replace_mesh<layout<d_model(axis0)>, independent_axes>(x, to);
-    }));
-    add(run_case<typemesh::replicated>(opt, "2z", trf, flat, grid81, [](const auto& x, const auto& to) {
-      return typemesh::replace_mesh<layout<batch(axis0)>, independent_axes>(x, to);
-    }));
-    add(run_case<layout<batch(axis0)>>(opt, "3", rnn, inter, evens, [](const auto& x, const auto& to) {
-      return typemesh::replace_mesh<layout<batch(axis0)>, pipeline>(x, to);
-    }));
-    add(run_case<layout<batch(axis0)>>(opt, "3r", rnn, evens, inter, [](const auto& x, const auto& to) {
-      return typemesh::replace_mesh<layout<batch(axis0)>, pipeline>(x, to);
-    }));
-    add(run_case<layout<batch(axis0), k(axis1)>>(opt, "4", rnn, grid24, grid24, [](const auto& x, const auto&) {
-      return typemesh::relayout<layout<batch(axis1), k(axis0)>>(x);
-    }));
+    add("1", [&](std::string name) {
+      return run_case<layout<k(axis2)>>(opt, name, rnn, embed, lstm0, [](const auto& x, const auto& to) {
+        return typemesh::replace_mesh<layout<batch(axis0)>, independent_axes>(x, to);
+      });
+    });
+    add("1r", [&](std::string name) {
+      return run_case<layout<batch(axis0)>>(opt, name, rnn, lstm0, embed, [](const auto& x, const auto& to) {
+        return typemesh::replace_mesh<layout<k(axis2)>, independent_axes>(x, to);
+      });
+    });
+    add("2", [&](std::string name) {
+      return run_case<layout<d_model(axis0)>>(opt, name, trf, flat, grid42, [](const auto& x, const auto& to) {
+        return typemesh::replace_mesh<layout<batch(axis0)>, independent_axes>(x, to);
+      });
+    });
+    add("2r", [&](std::string name) {
+      return run_case<layout<batch(axis0)>>(opt, name, trf, grid42, flat, [](const auto& x, const auto& to) {
+        return typemesh::replace_mesh<layout<d_model(axis0)>, independent_axes>(x, to);
+      });
+    });
+    add("2z", [&](std::string name) {
+      return run_case<typemesh::replicated>(opt, name, trf, flat, grid81, [](const auto& x, const auto& to) {
+        return typemesh::replace_mesh<layout<batch(axis0)>, independent_axes>(x, to);
+      });
+    });
+    add("3", [&](std::string name) {
+      return run_case<layout<batch(axis0)>>(opt, name, rnn, inter, evens, [](const auto& x, const auto& to) {
+        return typemesh::replace_mesh<layout<batch(axis0)>, pipeline>(x, to);
+      });
+    });
+    add("3r", [&](std::string name) {
+      return run_case<layout<batch(axis0)>>(opt, name, rnn, evens, inter, [](const auto& x, const auto& to) {
+        return typemesh::replace_mesh<layout<batch(axis0)>, pipeline>(x, to);
+      });
+    });
+    add("4", [&](std::string name) {
+      return run_case<layout<batch(axis0), k(axis1)>>(opt, name, rnn, grid24, grid24, [](const auto& x, const auto&) {
+        return typemesh::relayout<layout<batch(axis1), k(axis0)>>(x);
+      });
+    });
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "typemesh-bench-conversions: %s\n", e.what());
