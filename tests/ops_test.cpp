@@ -98,6 +98,35 @@ struct transposed_case {  // operands in orders that need packing: x[d1, d0], w[
   }
 };
 
+// An op keeps its inputs for the gradient without copying them (copies of a
+// tensor share their elements until one is written). A weight written in
+// place between the forward pass and backward (an optimizer step taken
+// early) must leave the gradient as the forward pass's value gives it: here
+// dx[i][k] = sum over n of w[k][n] (d loss / d y = 1) with the old w, and
+// dw[k][n] = sum over i of x[i][k].
+TEST(Einsum, AWeightWrittenAfterTheForwardPassLeavesTheGradientAsItWas) {
+  const auto xs = random_values(8 * 12, 21), ws = random_values(12 * 4, 22);
+  typemesh::launch(2, [&] {
+    M2 m({2, 1});
+    auto x = import_tensor<layout<d0(a0)>>(m, host(S01{8, 12}, xs));
+    auto w = import_tensor<layout<>>(m, host(S12{12, 4}, ws));
+    x.requires_grad("x"), w.requires_grad("w");
+    auto loss = typemesh::reduce_sum(typemesh::einsum<d0, d2>(x, w));
+    for (auto& v : w.local()) v += 100.0;  // in place, after the forward pass
+    for (auto& v : x.local()) v -= 100.0;
+    typemesh::backward(loss);
+    values dx(8 * 12), dw(12 * 4);
+    for (int i = 0; i < 8; ++i)
+      for (int k = 0; k < 12; ++k)
+        for (int n = 0; n < 4; ++n) {
+          dx[i * 12 + k] += ws[k * 4 + n];
+          dw[k * 4 + n] += xs[i * 12 + k];
+        }
+    expect_close(typemesh::export_tensor(x.grad()).values(), dx, 1e-12, "dx with the forward pass's w");
+    expect_close(typemesh::export_tensor(w.grad()).values(), dw, 1e-12, "dw with the forward pass's x");
+  });
+}
+
 TEST(Einsum, AnyDimOrder) {
   const std::vector<values> in{random_values(24, 5), random_values(30, 6)};
   transposed_case c;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "allocation_limit.hpp"
@@ -270,6 +271,35 @@ TEST(TensorSizes, HostTensorSizesAreCheckedBeforeAllocating) {
   tt::allocation_limit limit(std::size_t{1} << 30);
   expect_error<typemesh::error>([] { host_tensor<float, S2> h(S2{1 << 16, 1 << 16}); },
                                 {"[d0=65536 d1=65536]", "could not be allocated"});
+}
+
+// Copies share their elements until one is written (copy on write): a copy
+// costs nothing, and writing either leaves the other as it was.
+TEST(Tensor, CopiesShareTheirElementsUntilOneIsWritten) {
+  const S s{4, 2, 2};
+  const whole h = numbered(s);
+  launch(4, [&](device& dev) {
+    M m({2, 2}, {0, 1, 2, 3});
+    auto x = typemesh::import_tensor<layout<d0(a0)>>(m, h);
+    auto y = x;
+    EXPECT_EQ(std::as_const(y).data(), std::as_const(x).data());  // no copy yet
+    y.local()[0] = -1.0f;                                          // y takes its own elements
+    EXPECT_NE(std::as_const(y).data(), std::as_const(x).data());
+    expect_local(x, [&](auto g) { return h[g]; });
+    expect_local(y, [&](auto g) { return g == y.slice().begin ? -1.0f : h[g]; });
+    // The same the other way: the original written while a copy is alive.
+    auto z = x;
+    x.data()[1] = -2.0f;
+    expect_local(z, [&](auto g) { return h[g]; });
+    EXPECT_EQ(x.local()[1], -2.0f);
+    // A copy of a copy, both later written: each sees only its own writes.
+    auto a = z, b = z;
+    a.local()[2] = 5.0f, b.local()[3] = 6.0f;
+    EXPECT_EQ(a.local()[3], z.local()[3]);
+    EXPECT_EQ(b.local()[2], z.local()[2]);
+    expect_local(z, [&](auto g) { return h[g]; });
+    (void)dev;
+  });
 }
 
 }  // namespace

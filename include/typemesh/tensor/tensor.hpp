@@ -63,9 +63,11 @@ class tensor {
     }
     if (auto c = m.coordinate_of(device_)) {
       slice_ = geometry::slice_at(s, m, *c);
-      local_.resize(slice_.elements());
+      local_ = std::make_shared<local_storage>(static_cast<std::size_t>(slice_.elements()));
       // Zeros written by the device's kernel threads, not by the vector.
-      if (zero) backend::fill(space_type{}, data(), static_cast<std::int64_t>(local_.size()), T{});
+      if (zero) backend::fill(space_type{}, data(), local_size(), T{});
+    } else {
+      local_ = std::make_shared<local_storage>();
     }
   }
 
@@ -125,16 +127,31 @@ class tensor {
   std::optional<box<rank>> slice_of(int dev) const { return geometry::slice_of(shape_, mesh_, dev); }
 
   // The local elements: a std::span on the host, a device_span (no
-  // indexing from host code) on a GPU.
-  auto local() { return backend::view(local_); }
-  auto local() const { return backend::view(local_); }
-  T* data() { return backend::view(local_).data(); }
-  const T* data() const { return backend::view(local_).data(); }
+  // indexing from host code) on a GPU. Copies of a tensor share their
+  // elements until one of them is written: the non-const accessors give this
+  // tensor its own elements first (copy on write), so an op that keeps its
+  // inputs for the gradient copies nothing, and a kept input never changes.
+  // A pointer from them is valid for writing only until the tensor is copied.
+  auto local() { return backend::view(own()); }
+  auto local() const { return backend::view(shared()); }
+  T* data() { return backend::view(own()).data(); }
+  const T* data() const { return backend::view(shared()).data(); }
   // How many elements this device holds.
-  std::int64_t local_size() const { return static_cast<std::int64_t>(local_.size()); }
+  std::int64_t local_size() const { return local_ ? static_cast<std::int64_t>(local_->size()) : 0; }
   static constexpr space_type space() { return {}; }
-  backend::storage<T, space_type>& storage() { return local_; }
-  const backend::storage<T, space_type>& storage() const { return local_; }
+  backend::storage<T, space_type>& storage() { return own(); }
+  const backend::storage<T, space_type>& storage() const { return shared(); }
+
+  // Takes x's local elements (same count) without copying them, for a tensor
+  // that sees the same elements under another shape or dim name.
+  template <class S2, class L2>
+  void share_elements_of(const tensor<T, S2, L2, Mesh>& x) {
+    if (x.local_size() != local_size()) {
+      throw shape_error(detail::cat("share_elements_of: ", x.describe(), " holds ", x.local_size(),
+                                    " elements on device ", device_, ", ", describe(), " needs ", local_size()));
+    }
+    local_ = x.local_;
+  }
 
   // The local slice as a region of itself, for box copies.
   backend::region<rank> local_region() const { return {slice_.extent, {}}; }
@@ -187,8 +204,26 @@ class tensor {
   Shape shape_;
   int device_;
   box<rank> slice_{};
-  backend::storage<T, space_type> local_;
+  using local_storage = backend::storage<T, space_type>;
+  std::shared_ptr<local_storage> local_;  // shared between copies until written
   std::shared_ptr<autodiff::node> node_;
+
+  const local_storage& shared() const {
+    static const local_storage none;
+    return local_ ? *local_ : none;
+  }
+  // This tensor's own elements: copied (by the kernel threads) from the ones
+  // it shares, if another tensor holds them too.
+  local_storage& own() {
+    if (!local_) {
+      local_ = std::make_shared<local_storage>();
+    } else if (local_.use_count() > 1) {
+      auto mine = std::make_shared<local_storage>(local_->size());
+      backend::copy(space_type{}, local_->data(), mine->data(), static_cast<std::int64_t>(local_->size()));
+      local_ = std::move(mine);
+    }
+    return *local_;
+  }
 
   template <class, class, class, class>
   friend class tensor;
