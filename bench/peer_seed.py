@@ -17,9 +17,10 @@ typemesh's time per step comes from the program's --metrics file written at
 every step (--display-steps 1): each line holds wall_s, the seconds since the
 training loop started, taken right after that step. The mean step time is
 (wall_s after the last step - wall_s after the last warm-up step) / steps,
-so start-up, parameter initialisation and the warm-up steps are left out. A
-typemesh step includes making the step's synthetic batch (as the programs
-do: the reference repeats one batch); PyTorch's reuses one batch.
+so start-up, parameter initialisation and the warm-up steps are left out.
+Both reuse one synthetic batch, as the reference does: the programs make
+it at the first step; a typemesh step still imports it into the device's
+tensors.
 
 Threads: OPENBLAS_NUM_THREADS=N for the typemesh program (its device's
 kernels and BLAS calls then use N threads, docs/backend.md), and

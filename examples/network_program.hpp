@@ -79,9 +79,26 @@ auto masked_mean(const Losses& losses, const std::vector<float>& mask) {
 // --- Data ----------------------------------------------------------------------
 
 // Where batches come from: a function of the step. The reference repeats one
-// batch of synthetic data, and so do these programs; real data advances.
+// batch of synthetic data, and so do these programs (made once, see
+// one_batch); real data advances.
 template <class Batch>
-using batch_source = std::function<Batch(std::int64_t step, std::int64_t batch_size)>;
+using batch_source = std::function<std::shared_ptr<const Batch>(std::int64_t step, std::int64_t batch_size)>;
+
+// A source that hands out the same batch every step: make(batch_size), made
+// at the first step asked for that size. Devices ask from their own threads.
+template <class Batch, class Make>
+batch_source<Batch> one_batch(Make make) {
+  struct made {
+    std::mutex mutex;
+    std::map<std::int64_t, std::shared_ptr<const Batch>> by_size;
+  };
+  return [make, m = std::make_shared<made>()](std::int64_t, std::int64_t b) {
+    std::lock_guard lock(m->mutex);
+    auto& batch = m->by_size[b];
+    if (!batch) batch = std::make_shared<const Batch>(make(b));
+    return batch;
+  };
+}
 
 // The data functions below take the options to set --dataset-size to the
 // data set's size when they read one, so that an epoch is one pass over it
@@ -92,13 +109,15 @@ inline batch_source<typemesh::io::image_batch> image_data(typemesh::train::optio
                                                            std::int64_t classes) {
   if (opts.dataset_dir.empty()) {
     typemesh::io::synthetic_images images{.seed = opts.seed, .height = side, .width = side, .classes = classes};
-    return [images](std::int64_t, std::int64_t b) { return images.batch(0, b); };
+    return one_batch<typemesh::io::image_batch>([images](std::int64_t b) { return images.batch(0, b); });
   }
   auto images = std::make_shared<typemesh::io::image_dataset>(
       opts.dataset_dir, opts.labels_filename,
       typemesh::io::image_options{.height = side, .width = side, .classes = classes});
   opts.dataset_size = images->size();
-  return [images](std::int64_t step, std::int64_t b) { return images->batch(step, b); };
+  return [images](std::int64_t step, std::int64_t b) {
+    return std::make_shared<const typemesh::io::image_batch>(images->batch(step, b));
+  };
 }
 
 // Text, and the vocabulary sizes the model must have for it.
@@ -114,14 +133,17 @@ inline text_data language_model_data(typemesh::train::options& opts, std::int64_
   if (opts.src_text.empty()) {
     const std::int64_t v = opts.src_vocab_size > 0 ? opts.src_vocab_size : default_vocabulary;
     typemesh::io::synthetic_text text{.seed = opts.seed, .vocabulary = v, .length = opts.seq_len};
-    return {[text](std::int64_t, std::int64_t b) { return text.batch(0, b); }, v, v};
+    return {one_batch<typemesh::io::text_batch>([text](std::int64_t b) { return text.batch(0, b); }), v, v};
   }
   if (opts.src_vocab.empty()) throw typemesh::train::flag_error("--src-text needs --src-vocab, the vocabulary file");
   auto text = std::make_shared<typemesh::io::text_dataset>(typemesh::io::text_dataset::language_model(
       opts.src_vocab, opts.src_text, {.length = opts.seq_len, .source_vocabulary_size = opts.src_vocab_size, .max_sentences = opts.sentences_size}));
   const std::int64_t v = opts.src_vocab_size > 0 ? opts.src_vocab_size : text->source_vocabulary().size();
   opts.dataset_size = text->sentence_count();
-  return {[text](std::int64_t step, std::int64_t b) { return text->batch(step, b); }, v, v};
+  return {[text](std::int64_t step, std::int64_t b) {
+            return std::make_shared<const typemesh::io::text_batch>(text->batch(step, b));
+          },
+          v, v};
 }
 
 // A translation model's text: synthetic unless --src-text is given (then
@@ -131,7 +153,7 @@ inline text_data translation_data(typemesh::train::options& opts, std::int64_t d
     const std::int64_t sv = opts.src_vocab_size > 0 ? opts.src_vocab_size : default_vocabulary;
     const std::int64_t tv = opts.tgt_vocab_size > 0 ? opts.tgt_vocab_size : default_vocabulary;
     typemesh::io::synthetic_text text{.seed = opts.seed, .vocabulary = sv, .length = opts.seq_len, .target_vocabulary = tv};
-    return {[text](std::int64_t, std::int64_t b) { return text.batch(0, b); }, sv, tv};
+    return {one_batch<typemesh::io::text_batch>([text](std::int64_t b) { return text.batch(0, b); }), sv, tv};
   }
   if (opts.tgt_text.empty() || opts.src_vocab.empty() || opts.tgt_vocab.empty())
     throw typemesh::train::flag_error("--src-text needs --tgt-text, --src-vocab and --tgt-vocab for a translation model");
@@ -142,7 +164,10 @@ inline text_data translation_data(typemesh::train::options& opts, std::int64_t d
   const std::int64_t sv = opts.src_vocab_size > 0 ? opts.src_vocab_size : text->source_vocabulary().size();
   const std::int64_t tv = opts.tgt_vocab_size > 0 ? opts.tgt_vocab_size : text->target_vocabulary().size();
   opts.dataset_size = text->sentence_count();
-  return {[text](std::int64_t step, std::int64_t b) { return text->batch(step, b); }, sv, tv};
+  return {[text](std::int64_t step, std::int64_t b) {
+            return std::make_shared<const typemesh::io::text_batch>(text->batch(step, b));
+          },
+          sv, tv};
 }
 
 // --- Running a network ------------------------------------------------------------
@@ -167,7 +192,7 @@ class batch_cache {
       std::shared_ptr<const Batch> made;
       std::exception_ptr failure;
       try {
-        made = std::make_shared<const Batch>(source_(step, batch_size_));
+        made = source_(step, batch_size_);
       } catch (...) {
         failure = std::current_exception();
       }
@@ -395,7 +420,7 @@ class network_program {
       net_t net(sizes, meshes, one);
       r.initial = network_detail::export_parameters(net);
       for (std::int64_t step = 0; step < steps; ++step) {
-        const auto loss = net.step(data(step, opts.batch_size), step);
+        const auto loss = net.step(*data(step, opts.batch_size), step);
         r.losses.push_back(loss.value_or(std::nan("")));
       }
       r.parameters = network_detail::export_parameters(net);
