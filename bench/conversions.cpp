@@ -176,9 +176,12 @@ options parse(int argc, char** argv) {
                 o.cases.push_back(value());
                 return true;
               });
-  for (const std::string& c : o.cases)
-    if (!std::count(std::begin(case_names), std::end(case_names), c))
-      usage(program, "unknown case '" + c + "' (cases: 1 1r 2 2r 2z 3 3r 4)");
+  for (const std::string& c : o.cases) {
+    if (std::count(std::begin(case_names), std::end(case_names), c)) continue;
+    std::string known;
+    for (std::string_view n : case_names) known += " " + std::string(n);
+    usage(program, "unknown case '" + c + "' (cases:" + known + ")");
+  }
   if (o.quick) o.plan_rep_s = 0.0002;
   return o;
 }

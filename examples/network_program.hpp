@@ -84,6 +84,12 @@ auto masked_mean(const Losses& losses, const std::vector<float>& mask) {
 template <class Batch>
 using batch_source = std::function<std::shared_ptr<const Batch>(std::int64_t step, std::int64_t batch_size)>;
 
+// A source that reads a new batch at every step: read(step, batch_size).
+template <class Batch, class Read>
+batch_source<Batch> every_step(Read read) {
+  return [read](std::int64_t step, std::int64_t b) { return std::make_shared<const Batch>(read(step, b)); };
+}
+
 // A source that hands out the same batch every step: make(batch_size), made
 // at the first step asked for that size. Devices ask from their own threads.
 template <class Batch, class Make>
@@ -115,9 +121,8 @@ inline batch_source<typemesh::io::image_batch> image_data(typemesh::train::optio
       opts.dataset_dir, opts.labels_filename,
       typemesh::io::image_options{.height = side, .width = side, .classes = classes});
   opts.dataset_size = images->size();
-  return [images](std::int64_t step, std::int64_t b) {
-    return std::make_shared<const typemesh::io::image_batch>(images->batch(step, b));
-  };
+  return every_step<typemesh::io::image_batch>(
+      [images](std::int64_t step, std::int64_t b) { return images->batch(step, b); });
 }
 
 // Text, and the vocabulary sizes the model must have for it.
@@ -140,9 +145,8 @@ inline text_data language_model_data(typemesh::train::options& opts, std::int64_
       opts.src_vocab, opts.src_text, {.length = opts.seq_len, .source_vocabulary_size = opts.src_vocab_size, .max_sentences = opts.sentences_size}));
   const std::int64_t v = opts.src_vocab_size > 0 ? opts.src_vocab_size : text->source_vocabulary().size();
   opts.dataset_size = text->sentence_count();
-  return {[text](std::int64_t step, std::int64_t b) {
-            return std::make_shared<const typemesh::io::text_batch>(text->batch(step, b));
-          },
+  return {every_step<typemesh::io::text_batch>(
+              [text](std::int64_t step, std::int64_t b) { return text->batch(step, b); }),
           v, v};
 }
 
@@ -164,9 +168,8 @@ inline text_data translation_data(typemesh::train::options& opts, std::int64_t d
   const std::int64_t sv = opts.src_vocab_size > 0 ? opts.src_vocab_size : text->source_vocabulary().size();
   const std::int64_t tv = opts.tgt_vocab_size > 0 ? opts.tgt_vocab_size : text->target_vocabulary().size();
   opts.dataset_size = text->sentence_count();
-  return {[text](std::int64_t step, std::int64_t b) {
-            return std::make_shared<const typemesh::io::text_batch>(text->batch(step, b));
-          },
+  return {every_step<typemesh::io::text_batch>(
+              [text](std::int64_t step, std::int64_t b) { return text->batch(step, b); }),
           sv, tv};
 }
 

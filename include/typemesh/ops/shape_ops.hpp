@@ -180,9 +180,7 @@ using renamed_t = tensor<T, shape_replace<S, Old, New>,
 template <class Old, class New, class T, class S, class L, class M>
 renamed_t<Old, New, T, S, L, M> rename_values(const tensor<T, S, L, M>& x) {
   using out_t = renamed_t<Old, New, T, S, L, M>;
-  out_t out(x.mesh(), typename out_t::shape_type(x.shape().sizes()), uninitialized);
-  out.share_elements_of(x);
-  return out;
+  return out_t::sharing_elements_of(x, typename out_t::shape_type(x.shape().sizes()));
 }
 
 // --- reshape ---
@@ -272,9 +270,7 @@ template <class NewShape, class T, class S, class L, class M>
 tensor<T, NewShape, reshaped_layout<NewShape, L>, M> reshape_values(const tensor<T, S, L, M>& x,
                                                                     const NewShape& new_shape) {
   check_reshape_sizes(x.shape(), new_shape);
-  tensor<T, NewShape, reshaped_layout<NewShape, L>, M> out(x.mesh(), new_shape, uninitialized);
-  out.share_elements_of(x);
-  return out;
+  return tensor<T, NewShape, reshaped_layout<NewShape, L>, M>::sharing_elements_of(x, new_shape);
 }
 
 // --- concat, slice ---

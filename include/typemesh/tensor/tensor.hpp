@@ -53,22 +53,26 @@ class tensor {
   // A tensor whose elements the caller writes next.
   tensor(const Mesh& m, const Shape& s, uninitialized_t) : tensor(m, s, this_device(), false) {}
 
-  tensor(const Mesh& m, const Shape& s, device& dev, bool zero = true) : mesh_(m), shape_(s), device_(dev.id()) {
-    geometry::check(s, m);
-    for (int d : m.devices()) {
-      if (d >= dev.count()) {
-        throw device_error(detail::cat(m.describe(), " names device ", d, ", but the run has ", dev.count(),
-                                       " devices (0 to ", dev.count() - 1, ")"));
-      }
+  tensor(const Mesh& m, const Shape& s, device& dev, bool zero = true) : tensor(m, s, dev, placed_only{}) {
+    if (!holds_data()) return;
+    local_ = std::make_shared<local_storage>(static_cast<std::size_t>(slice_.elements()));
+    // Zeros written by the device's kernel threads, not by the vector.
+    if (zero) backend::fill(space_type{}, data(), local_size(), T{});
+  }
+
+  // A tensor of this type over x's local elements, shared until either is
+  // written: for reshape and rename, which leave every element where it is.
+  // x must hold as many elements on this device as this type's slice.
+  template <class S2, class L2>
+  static tensor sharing_elements_of(const tensor<T, S2, L2, Mesh>& x, const Shape& s) {
+    tensor t(x.mesh(), s, this_device(), placed_only{});
+    if (x.local_size() != t.slice_.elements()) {
+      throw shape_error(detail::cat("sharing elements: ", x.describe(), " holds ", x.local_size(),
+                                    " elements on device ", t.device_, ", ", t.describe(), " needs ",
+                                    t.slice_.elements()));
     }
-    if (auto c = m.coordinate_of(device_)) {
-      slice_ = geometry::slice_at(s, m, *c);
-      local_ = std::make_shared<local_storage>(static_cast<std::size_t>(slice_.elements()));
-      // Zeros written by the device's kernel threads, not by the vector.
-      if (zero) backend::fill(space_type{}, data(), local_size(), T{});
-    } else {
-      local_ = std::make_shared<local_storage>();
-    }
+    t.local_ = x.local_;
+    return t;
   }
 
   // A tensor whose layout says the same in another order or spelling, e.g.
@@ -142,17 +146,6 @@ class tensor {
   backend::storage<T, space_type>& storage() { return own(); }
   const backend::storage<T, space_type>& storage() const { return shared(); }
 
-  // Takes x's local elements (same count) without copying them, for a tensor
-  // that sees the same elements under another shape or dim name.
-  template <class S2, class L2>
-  void share_elements_of(const tensor<T, S2, L2, Mesh>& x) {
-    if (x.local_size() != local_size()) {
-      throw shape_error(detail::cat("share_elements_of: ", x.describe(), " holds ", x.local_size(),
-                                    " elements on device ", device_, ", ", describe(), " needs ", local_size()));
-    }
-    local_ = x.local_;
-  }
-
   // The local slice as a region of itself, for box copies.
   backend::region<rank> local_region() const { return {slice_.extent, {}}; }
 
@@ -205,8 +198,22 @@ class tensor {
   int device_;
   box<rank> slice_{};
   using local_storage = backend::storage<T, space_type>;
-  std::shared_ptr<local_storage> local_;  // shared between copies until written
+  // Shared between copies until written; null where the device holds nothing.
+  std::shared_ptr<local_storage> local_;
   std::shared_ptr<autodiff::node> node_;
+
+  // Checked and placed on this device, with no elements yet.
+  struct placed_only {};
+  tensor(const Mesh& m, const Shape& s, typemesh::device& dev, placed_only) : mesh_(m), shape_(s), device_(dev.id()) {
+    geometry::check(s, m);
+    for (int d : m.devices()) {
+      if (d >= dev.count()) {
+        throw device_error(detail::cat(m.describe(), " names device ", d, ", but the run has ", dev.count(),
+                                       " devices (0 to ", dev.count() - 1, ")"));
+      }
+    }
+    if (auto c = m.coordinate_of(device_)) slice_ = geometry::slice_at(s, m, *c);
+  }
 
   const local_storage& shared() const {
     static const local_storage none;
