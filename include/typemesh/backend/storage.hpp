@@ -109,8 +109,8 @@ void cached_release(void* p, std::size_t bytes) noexcept {
 // Blocks of 4 MiB and more start on a 2 MiB boundary and ask Linux for
 // 2 MiB pages (where transparent huge pages are on "madvise" or "always"):
 // a 4 KiB page per few rows of a large tensor made strided copies (a
-// transfer's pieces) and GEMMs miss the TLB. Measured: conversions 3-12%
-// and the peer steps 1-5% faster (docs/performance.md).
+// transfer's pieces) and GEMMs miss the TLB. Measured: conversions up to
+// 11% and the peer steps 1-5% faster (docs/performance.md).
 struct host_memory {
   static constexpr std::size_t page = std::size_t(2) << 20;
   static constexpr std::size_t large = 2 * page;
