@@ -153,14 +153,17 @@ struct copy_rows {
   std::int64_t src_offset;
   std::int64_t dst_offset;
 
-  // Where row `row` starts in src and in dst.
-  TYPEMESH_HOST_DEVICE void locate(std::int64_t row, std::int64_t& s, std::int64_t& d) const {
+  // Where row `row` starts in src and in dst, and (if asked) its
+  // coordinate in each outer dim.
+  TYPEMESH_HOST_DEVICE void locate(std::int64_t row, std::int64_t& s, std::int64_t& d,
+                                   std::int64_t* index = nullptr) const {
     s = src_offset, d = dst_offset;
     for (std::size_t i = Rank - 1; i-- > 0;) {
       std::int64_t c = row % rows_extent[i];
       row /= rows_extent[i];
       s += c * src_stride[i];
       d += c * dst_stride[i];
+      if (index) index[i] = c;
     }
   }
 
@@ -277,15 +280,7 @@ struct row_walk {
   std::int64_t index[Rank]{};  // the row's coordinate in each outer dim
   std::int64_t s = 0, d = 0;   // where it starts in src and in dst
 
-  row_walk(const copy_rows<T, Rank>& r, std::int64_t row) : rows(r) {
-    s = rows.src_offset, d = rows.dst_offset;
-    for (std::size_t i = Rank - 1; i-- > 0;) {
-      index[i] = row % rows.rows_extent[i];
-      row /= rows.rows_extent[i];
-      s += index[i] * rows.src_stride[i];
-      d += index[i] * rows.dst_stride[i];
-    }
-  }
+  row_walk(const copy_rows<T, Rank>& r, std::int64_t row) : rows(r) { rows.locate(row, s, d, index); }
   void next() {
     for (std::size_t i = Rank - 1; i-- > 0;) {
       s += rows.src_stride[i], d += rows.dst_stride[i];
@@ -308,10 +303,10 @@ struct stream_rows {
   std::int64_t per_block, count;
 
   void operator()(std::int64_t block) const {
-    constexpr std::int64_t prefetch_bytes = 8192;
+    constexpr std::int64_t page_bytes = 4096, prefetch_bytes = 8192;
     const std::int64_t first = block * per_block, end = std::min(count, first + per_block);
     const std::int64_t bytes = rows.rows_extent[Rank - 1] * std::int64_t(sizeof(T));
-    const std::int64_t ahead = bytes < 4096 ? std::max<std::int64_t>(1, prefetch_bytes / bytes) : 0;
+    const std::int64_t ahead = bytes < page_bytes ? std::max<std::int64_t>(1, prefetch_bytes / bytes) : 0;
     row_walk<T, Rank> at(rows, first), soon(rows, std::min(first + ahead, count - 1));
     for (std::int64_t row = first; row < end; ++row, at.next()) {
       if (ahead > 0 && row + ahead < count) {
