@@ -301,6 +301,109 @@ TEST(MpiSendRecv, BetweenTwoMeshesWithTagsAndLargeMessages) {
   for (int d = 0; d < half; ++d) EXPECT_EQ(mpi[d].first, (std::vector<double>{double(n - 1 - d), d + 0.5}));
 }
 
+// Messages of 4 KiB and more go without a copy when the receiver already
+// waits for them (a ready notice), else from a copy: both ways, in every
+// order, on tags and labelled, the same values and bytes as on host threads.
+TEST(MpiSendRecv, LargeMessagesArriveWhetherOrNotTheReceiverWaits) {
+  const int n = world_size();
+  auto values = [](int from, int k, std::size_t size) {
+    std::vector<float> v(size);
+    for (std::size_t i = 0; i < size; ++i) v[i] = static_cast<float>(from * 1000003 + k * 7919 + static_cast<int>(i));
+    return v;
+  };
+  // Sizes across the 4 KiB line, and one small one among them.
+  const std::vector<std::size_t> sizes{1024, 1025, 3, 5000, 70'000, 1023};
+  auto body = [&](device& dev) {
+    const int me = dev.id(), peer = me ^ 1;  // pairs (0 1) (2 3) ...
+    const bool first = me % 2 == 0;
+    const group pair{{std::min(me, peer), std::max(me, peer)}, "pair"};
+    std::vector<float> got;
+    auto take = [&](int k, std::size_t size, int tag) {
+      std::vector<float> v(size);
+      if (tag < 0) dev.recv_labelled<float>("message", peer, v);
+      else dev.recv<float>(peer, v, tag);
+      EXPECT_EQ(v, values(peer, k, size)) << "message " << k << " on device " << me;
+      got.insert(got.end(), v.begin(), v.end());
+    };
+    auto give = [&](int k, std::size_t size, int tag) {
+      const auto v = values(me, k, size);
+      if (tag < 0) dev.send_labelled<const float>("message", peer, v);
+      else dev.send<const float>(peer, v, tag);
+    };
+    // 1. All sent before any receive is posted: every one from a copy.
+    if (first) {
+      for (std::size_t k = 0; k < sizes.size(); ++k) give(int(k), sizes[k], 3);
+    }
+    dev.barrier(pair);
+    if (!first) {
+      for (std::size_t k = 0; k < sizes.size(); ++k) take(int(k), sizes[k], 3);
+    }
+    // 2. Ping-pong, on a tag and labelled: mostly to a waiting receiver.
+    for (int tag : {4, -1}) {
+      for (int k = 0; k < 8; ++k) {
+        const std::size_t size = sizes[k % sizes.size()];
+        if (first) {
+          give(k, size, tag);
+          take(k, size, tag);
+        } else {
+          take(k, size, tag);
+          give(k, size, tag);
+        }
+      }
+    }
+    // 3. The receiver waits on tag 6 while tag 5's message comes first.
+    if (first) {
+      dev.barrier(pair);
+      give(0, 70'000, 5);
+      give(1, 70'000, 6);
+    } else {
+      dev.barrier(pair);
+      take(1, 70'000, 6);
+      take(0, 70'000, 5);
+    }
+    return std::make_pair(got, dev.traffic()[op_kind::recv].bytes_received + dev.traffic()[op_kind::send].bytes_sent);
+  };
+  auto [host, mpi] = on_both(n, body);
+  ASSERT_EQ(mpi.size(), static_cast<std::size_t>(n));
+  EXPECT_EQ(host, mpi);
+}
+
+// A large receive that timed out had told its sender it was ready: the next
+// message goes to the next receive all the same. A large message of the
+// wrong size is named with its size (and one larger than the receive is not
+// written past its end).
+TEST(MpiFailures, LargeMessagesAfterAWithdrawnReceiveAndOfTheWrongSize) {
+  const int n = world_size();
+  launch({.devices = n, .timeout = 300ms}, [&](device& dev) {
+    const group pair{{0, 1}, "pair"};
+    const group mine = pair.index_of(dev.id()) >= 0 ? pair : group{{dev.id()}, "alone"};
+    std::vector<float> first(2000, -1.0f), second(2000, -1.0f), sent(2000);
+    std::iota(sent.begin(), sent.end(), 0.0f);
+    if (dev.id() == 1) expect_error<typemesh::timeout_error>([&] { dev.recv<float>(0, first, 7); }, {"(tag 7) timed out"});
+    dev.barrier(mine);
+    if (dev.id() == 0) dev.send<float>(1, sent, 7);
+    if (dev.id() == 1) {
+      dev.recv<float>(0, second, 7);
+      EXPECT_EQ(second, sent);
+      EXPECT_EQ(first, std::vector<float>(2000, -1.0f));
+    }
+    dev.barrier(mine);
+    std::vector<float> fewer(1500), more(3000);
+    if (dev.id() == 0) dev.send<float>(1, fewer, 8);
+    if (dev.id() == 1) {
+      expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, second, 8); },
+                                               {"device 1 expects 2000 f32 from device 0 (tag 8)", "holds 6000 bytes"});
+    }
+    dev.barrier(mine);
+    if (dev.id() == 0) dev.send<float>(1, more, 8);
+    if (dev.id() == 1) {
+      expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, second, 8); },
+                                               {"device 1 expects 2000 f32 from device 0 (tag 8)", "holds 12000 bytes (3000 f32)"});
+    }
+    dev.barrier(mine);
+  });
+}
+
 TEST(MpiLaunch, ResultsAreIndexedByDeviceOnEveryRank) {
   const int n = world_size();
   auto ids = launch(n, [](device& dev) { return dev.id() * dev.count(); });

@@ -18,6 +18,15 @@
 // allgather or alltoall skips the nonblocking-collective machinery, whose
 // set-up costs more than moving a kilobyte.
 //
+// Point to point, send returns at once (as on host threads: no order of
+// devices can deadlock), so it copies the message before MPI_Isend. From
+// direct_bytes on, where MPI needs a handshake anyway, a message skips that
+// copy when its receiver is already waiting for it: a recv of that size
+// posts its receive, then tells the sender so with a small ready notice, and
+// a send that finds the notice (or sees it arrive within about what the copy
+// would cost) sends from the caller's memory and waits for MPI to finish
+// with it. Which way a message went never changes what arrives.
+//
 // Nothing waits forever: every wait polls its request until the launch
 // timeout and then throws timeout_error naming the collective, the group and
 // this device. MPI cannot cancel a collective, so after a timed-out
@@ -41,6 +50,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -101,6 +111,10 @@ class mpi_state {
     check(MPI_Comm_dup(world, &everyone_), "MPI_Comm_dup");
     check(MPI_Comm_dup(world, &labelled_), "MPI_Comm_dup");
     check(MPI_Comm_dup(world, &notices_), "MPI_Comm_dup");
+    check(MPI_Comm_dup(world, &ready_), "MPI_Comm_dup");
+    check(MPI_Comm_dup(world, &labelled_ready_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(ready_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(labelled_ready_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(notices_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(everyone_, MPI_ERRORS_RETURN);
@@ -109,6 +123,8 @@ class mpi_state {
     MPI_Comm_size(world_, &size_);
     sent_to_.assign(size_, 0);
     received_from_.assign(size_, 0);
+    readies_to_.assign(size_, 0);
+    readies_from_.assign(size_, 0);
     void* ub = nullptr;
     int found = 0;
     MPI_Comm_get_attr(world_, MPI_TAG_UB, &ub, &found);
@@ -140,6 +156,8 @@ class mpi_state {
       }
     }
     MPI_Comm_free(&notices_);
+    MPI_Comm_free(&labelled_ready_);
+    MPI_Comm_free(&ready_);
     for (auto& [devices, comm] : groups_) MPI_Comm_free(&comm);
     MPI_Comm_free(&everyone_);
     MPI_Comm_free(&labelled_);
@@ -252,20 +270,61 @@ class mpi_state {
     return requests_.data();
   }
 
-  // Keeps a copy of the message alive until MPI has sent it.
+  // From this many bytes a message is past the eager limit of Open MPI's
+  // shared-memory transport (4 KiB with its header), so MPI hands it over
+  // with a handshake, and a ready notice costs little beside it. Below, a
+  // copy costs less than the notice would.
+  static constexpr std::size_t direct_bytes = 4096;
+
+  // Sends the message: straight from `in` when its receiver is ready
+  // (receiver_ready), else from a copy that is kept alive until MPI has
+  // sent it. Returns once `in` may change.
   void post(int to, const void* in, std::size_t count, dtype t, int tag) {
     progress_sends();
     const std::size_t bytes = count * size_of(t);
+    ++sent_to_[to];
+    if (bytes >= direct_bytes && receiver_ready(to, tag, bytes)) {
+      MPI_Request request = MPI_REQUEST_NULL;
+      check(MPI_Isend(in, mpi_count(count), detail::mpi_datatype(t), to, mpi_tag(tag), comm_of_tag(tag), &request),
+            "MPI_Isend");
+      if (!wait(request, deadline())) {
+        // Only when the receive it announced was withdrawn (a recv that
+        // timed out), and nothing else matched the message since.
+        MPI_Cancel(&request);
+        MPI_Request_free(&request);
+        throw timeout_error(detail::cat("send from device ", rank_, " to device ", to, " (", detail::describe_tag(tag),
+                                        "): device ", to, " was ready for it but did not take it within ",
+                                        timeout_.count(), " ms"));
+      }
+      return;
+    }
     pending_send s{to, tag, std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1), MPI_REQUEST_NULL};
     if (bytes) std::memcpy(s.data.get(), in, bytes);
     check(MPI_Isend(s.data.get(), mpi_count(count), detail::mpi_datatype(t), to, mpi_tag(tag), comm_of_tag(tag),
                     &s.request),
           "MPI_Isend");
     sends_.push_back(std::move(s));
-    ++sent_to_[to];
   }
 
-  void count_received(int from) { ++received_from_[from]; }
+  // A recv of direct_bytes or more from `from` on `tag` has posted its
+  // receive: tells the sender, with how many such messages this device has
+  // taken from it on that tag (the place of the one it now waits for).
+  void announce_ready(int from, int tag) {
+    progress_sends();
+    const std::uint64_t taken = direct_taken_[{from, tag}];
+    pending_send s{from, tag, std::make_unique_for_overwrite<std::byte[]>(sizeof taken), MPI_REQUEST_NULL};
+    std::memcpy(s.data.get(), &taken, sizeof taken);
+    check(MPI_Isend(s.data.get(), 1, MPI_UINT64_T, from, mpi_tag(tag), ready_of_tag(tag), &s.request), "MPI_Isend");
+    sends_.push_back(std::move(s));
+    ++readies_to_[from];
+  }
+
+  // A message from `from` on `tag` was received (maybe too large: it is
+  // taken all the same).
+  void count_received(int from, int tag, std::size_t expected_bytes) {
+    ++received_from_[from];
+    if (expected_bytes >= direct_bytes) ++direct_taken_[{from, tag}];
+  }
 
   // Tells every other device that this one has returned from the program,
   // so that a recv from it fails at once instead of at the timeout.
@@ -289,13 +348,14 @@ class mpi_state {
   // received from it; a message left over is named (its operation, for a
   // labelled one) and is an error on both ends.
   void check_no_leftovers() {
-    std::vector<std::uint64_t> mine(2 * size_), theirs(2 * size_);
+    std::vector<std::uint64_t> mine(3 * size_), theirs(3 * size_);
     for (int j = 0; j < size_; ++j) {
-      mine[2 * j] = sent_to_[j];
-      mine[2 * j + 1] = received_from_[j];
+      mine[3 * j] = sent_to_[j];
+      mine[3 * j + 1] = received_from_[j];
+      mine[3 * j + 2] = readies_to_[j];
     }
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Ialltoall(mine.data(), 2, MPI_UINT64_T, theirs.data(), 2, MPI_UINT64_T, notices_, &request),
+    check(MPI_Ialltoall(mine.data(), 3, MPI_UINT64_T, theirs.data(), 3, MPI_UINT64_T, notices_, &request),
           "MPI_Ialltoall");
     // Devices may return far apart (one still computes), so no timeout here:
     // every wait of a device that has not returned has its own.
@@ -303,9 +363,12 @@ class mpi_state {
     std::vector<std::string> lines;
     for (int j = 0; j < size_; ++j) {
       if (j == rank_) continue;
-      for (std::uint64_t k = received_from_[j]; k < theirs[2 * j]; ++k) lines.push_back(take_leftover(j));
-      if (sent_to_[j] > theirs[2 * j + 1]) {
-        lines.push_back(detail::cat("device ", rank_, " sent device ", j, " ", sent_to_[j] - theirs[2 * j + 1],
+      for (std::uint64_t k = received_from_[j]; k < theirs[3 * j]; ++k) lines.push_back(take_leftover(j));
+      // Ready notices no send looked at (its message went before the
+      // notice came, or was the last): dropped, they carry no data.
+      for (std::uint64_t k = readies_from_[j]; k < theirs[3 * j + 2]; ++k) drop_ready(j);
+      if (sent_to_[j] > theirs[3 * j + 1]) {
+        lines.push_back(detail::cat("device ", rank_, " sent device ", j, " ", sent_to_[j] - theirs[3 * j + 1],
                                     " message(s) that device ", j, " never received"));
       }
     }
@@ -387,6 +450,58 @@ class mpi_state {
                        "), which device ", rank_, " never received");
   }
 
+  // Whether `to` waits for this device's next message of direct_bytes or
+  // more on `tag`: its ready notice for that message came. Notices for
+  // earlier messages (which went before their notice) are dropped on the
+  // way. Waits for the notice about as long as copying the message would
+  // take (at 8 GB/s, at least 1 us), yielding the core meanwhile when the
+  // node is oversubscribed.
+  bool receiver_ready(int to, int tag, std::size_t bytes) {
+    const std::uint64_t place = direct_sent_[{to, tag}]++;
+    const auto until = std::chrono::steady_clock::now() + std::max(std::chrono::nanoseconds(1000),
+                                                                   std::chrono::nanoseconds(bytes / 8));
+    for (;;) {
+      if (auto taken = next_ready(to, tag)) {
+        if (*taken == place) return true;
+        continue;
+      }
+      if (std::chrono::steady_clock::now() >= until) return false;
+      if (oversubscribed_) std::this_thread::yield();
+    }
+  }
+
+  // The next ready notice from `to` on `tag` (how many messages it had
+  // taken), if one has come.
+  std::optional<std::uint64_t> next_ready(int to, int tag) {
+    int found = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    check(MPI_Improbe(to, mpi_tag(tag), ready_of_tag(tag), &found, &message, MPI_STATUS_IGNORE), "MPI_Improbe");
+    if (!found) return std::nullopt;
+    std::uint64_t taken = 0;
+    check(MPI_Mrecv(&taken, 1, MPI_UINT64_T, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+    ++readies_from_[to];
+    return taken;
+  }
+
+  // Takes one ready notice from `from`, on any tag (at the end of the program).
+  void drop_ready(int from) {
+    poll_until(deadline(), [&] {
+      for (MPI_Comm c : {ready_, labelled_ready_}) {
+        int found = 0;
+        MPI_Message message = MPI_MESSAGE_NULL;
+        check(MPI_Improbe(from, MPI_ANY_TAG, c, &found, &message, MPI_STATUS_IGNORE), "MPI_Improbe");
+        if (!found) continue;
+        std::uint64_t taken = 0;
+        check(MPI_Mrecv(&taken, 1, MPI_UINT64_T, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+        ++readies_from_[from];
+        return true;
+      }
+      return false;
+    });
+  }
+
+  MPI_Comm ready_of_tag(int tag) const { return tag == detail::labelled_tag ? labelled_ready_ : ready_; }
+
   struct pending_send {
     int to = 0, tag = 0;
     std::unique_ptr<std::byte[]> data;
@@ -408,7 +523,11 @@ class mpi_state {
   std::map<std::vector<int>, MPI_Comm> groups_;
   std::vector<pending_send> sends_;
   MPI_Comm notices_ = MPI_COMM_NULL;  // "this device returned", and the count exchange at the end
+  MPI_Comm ready_ = MPI_COMM_NULL, labelled_ready_ = MPI_COMM_NULL;  // ready notices (world's tags, labelled)
   std::vector<std::uint64_t> sent_to_, received_from_;
+  std::vector<std::uint64_t> readies_to_, readies_from_;  // ready notices sent to and taken from each device
+  // Messages of direct_bytes or more, by (peer, tag): sent to it, and taken from it.
+  std::map<std::pair<int, int>, std::uint64_t> direct_sent_, direct_taken_;
   std::vector<MPI_Request> notice_sends_;
   int notice_payload_ = 1;
   std::unique_ptr<std::byte[]> scratch_;
@@ -550,12 +669,14 @@ class mpi_communicator {
     s_->post(to, in, n, t, tag);
   }
 
-  // The receive is posted at once, so the message lands in `out` without
-  // a stop in MPI's queue of unexpected messages (a copy, and slower for
-  // messages that need a handshake); a receive that times out or whose
-  // sender has finished is cancelled.
+  // Below direct_bytes the receive is posted at once, so the message lands
+  // in `out` without a stop in MPI's queue of unexpected messages (a copy);
+  // a receive that times out or whose sender has finished is cancelled.
+  // From direct_bytes on it is found first (recv_large).
   void recv(int from, void* out, std::size_t n, dtype t, int tag) {
     check_tag(tag);
+    const std::size_t expected = n * size_of(t);
+    if (expected >= mpi_state::direct_bytes) return recv_large(from, out, n, t, tag);
     MPI_Request request = MPI_REQUEST_NULL;
     s_->check(MPI_Irecv(out, count(n), detail::mpi_datatype(t), from, mpi_state::mpi_tag(tag), s_->comm_of_tag(tag),
                         &request),
@@ -592,28 +713,13 @@ class mpi_communicator {
         if (truncated) cancelled = 0;  // it came, too large: named below
         else MPI_Test_cancelled(&status, &cancelled);
       }
-      if (cancelled && sender_finished) {
-        throw collective_error(detail::cat("recv on device ", device(), " from device ", from, " (",
-                                           detail::describe_tag(tag), "): device ", from,
-                                           " has already finished the program without sending it"));
-      }
-      if (cancelled) {
-        throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (",
-                                        detail::describe_tag(tag), ") timed out after ", s_->timeout().count(),
-                                        " ms: no message arrived"));
-      }
+      if (cancelled) nothing_received(from, tag, sender_finished);
     }
-    s_->count_received(from);
+    s_->count_received(from, tag, expected);
     int bytes = 0;
     if (!truncated) MPI_Get_count(&status, MPI_BYTE, &bytes);
-    const std::size_t expected = n * size_of(t);
-    if (truncated || static_cast<std::size_t>(bytes) != expected) {
-      const std::string holds =
-          truncated ? detail::cat("more than ", expected, " bytes")
-                    : detail::cat(bytes, " bytes (", bytes / static_cast<int>(size_of(t)), " ", name_of(t), ")");
-      throw collective_error(detail::cat("device ", device(), " expects ", n, " ", name_of(t), " from device ", from,
-                                         " (", detail::describe_tag(tag), "), but the message holds ", holds));
-    }
+    if (truncated) throw wrong_size(from, n, t, tag, detail::cat("more than ", expected, " bytes"));
+    if (static_cast<std::size_t>(bytes) != expected) throw wrong_size(from, n, t, tag, bytes);
   }
 
   void barrier(const group& g) {
@@ -621,6 +727,73 @@ class mpi_communicator {
   }
 
  private:
+  // A message of direct_bytes or more passes MPI's eager limit, so MPI hands
+  // it over with a handshake and finding it before receiving costs nothing
+  // (the data still moves once, straight into `out`). Its size is then
+  // known first: one of the wrong size is taken into scratch memory and
+  // named exactly, because a receive posted for fewer bytes would not be
+  // safe (Open MPI 4.1's shared-memory single copy writes all of a
+  // too-large message, past the end of the receive buffer). The ready
+  // notice goes out once this device looks for the message.
+  void recv_large(int from, void* out, std::size_t n, dtype t, int tag) {
+    s_->announce_ready(from, tag);
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    auto found = [&] {
+      int flag = 0;
+      s_->check(MPI_Improbe(from, mpi_state::mpi_tag(tag), s_->comm_of_tag(tag), &flag, &message, &status),
+                "MPI_Improbe");
+      return flag != 0;
+    };
+    bool sender_finished = false;
+    long polls = 0;
+    const bool arrived = s_->poll_for(s_->timeout(), [&] {
+      if (found()) return true;
+      if (++polls % 256 == 0 && s_->has_finished(from)) {
+        sender_finished = !found();  // what it sent came before its notice
+        return true;
+      }
+      return false;
+    });
+    if (sender_finished || !arrived) nothing_received(from, tag, sender_finished);
+    s_->count_received(from, tag, n * size_of(t));
+    int bytes = 0;
+    MPI_Get_count(&status, MPI_BYTE, &bytes);
+    if (static_cast<std::size_t>(bytes) != n * size_of(t)) {
+      s_->check(MPI_Mrecv(s_->scratch(static_cast<std::size_t>(bytes)), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE),
+                "MPI_Mrecv");
+      throw wrong_size(from, n, t, tag, bytes);
+    }
+    MPI_Request request = MPI_REQUEST_NULL;
+    s_->check(MPI_Imrecv(out, count(n), detail::mpi_datatype(t), &message, &request), "MPI_Imrecv");
+    if (!s_->wait_all(&request, 1, s_->timeout())) {
+      throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (", detail::describe_tag(tag),
+                                      "): the message came but its data did not arrive within ", s_->timeout().count(),
+                                      " ms"));
+    }
+  }
+
+  collective_error wrong_size(int from, std::size_t n, dtype t, int tag, const std::string& holds) const {
+    return collective_error(detail::cat("device ", device(), " expects ", n, " ", name_of(t), " from device ", from,
+                                        " (", detail::describe_tag(tag), "), but the message holds ", holds));
+  }
+  collective_error wrong_size(int from, std::size_t n, dtype t, int tag, int bytes) const {
+    return wrong_size(from, n, t, tag,
+                      detail::cat(bytes, " bytes (", bytes / static_cast<int>(size_of(t)), " ", name_of(t), ")"));
+  }
+
+  // No message came: its sender has returned from the program, or the
+  // timeout passed.
+  [[noreturn]] void nothing_received(int from, int tag, bool sender_finished) const {
+    if (sender_finished) {
+      throw collective_error(detail::cat("recv on device ", device(), " from device ", from, " (",
+                                          detail::describe_tag(tag), "): device ", from,
+                                          " has already finished the program without sending it"));
+    }
+    throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (", detail::describe_tag(tag),
+                                    ") timed out after ", s_->timeout().count(), " ms: no message arrived"));
+  }
+
   template <class Start>
   void collective(std::string_view what, const group& g, Start start) {
     MPI_Comm comm = s_->comm_for(g);
