@@ -369,18 +369,24 @@ TEST(MpiSendRecv, LargeMessagesArriveWhetherOrNotTheReceiverWaits) {
 }
 
 // A large receive that timed out had told its sender it was ready: the next
-// message goes to the next receive all the same. A large message of the
-// wrong size is named with its size (and one larger than the receive is not
-// written past its end).
+// message goes to the next receive all the same. A message of the wrong
+// size is named with its size, also across 4 KiB (after the timeout), and
+// one larger than the receive is never written past its end.
 TEST(MpiFailures, LargeMessagesAfterAWithdrawnReceiveAndOfTheWrongSize) {
   const int n = world_size();
   launch({.devices = n, .timeout = 300ms}, [&](device& dev) {
     const group pair{{0, 1}, "pair"};
     const group mine = pair.index_of(dev.id()) >= 0 ? pair : group{{dev.id()}, "alone"};
+    // After device 1 waited out the timeout: device 0 comes late enough not
+    // to time out itself.
+    auto meet_after_timeout = [&] {
+      if (dev.id() == 0) std::this_thread::sleep_for(200ms);
+      dev.barrier(mine);
+    };
     std::vector<float> first(2000, -1.0f), second(2000, -1.0f), sent(2000);
     std::iota(sent.begin(), sent.end(), 0.0f);
     if (dev.id() == 1) expect_error<typemesh::timeout_error>([&] { dev.recv<float>(0, first, 7); }, {"(tag 7) timed out"});
-    dev.barrier(mine);
+    meet_after_timeout();
     if (dev.id() == 0) dev.send<float>(1, sent, 7);
     if (dev.id() == 1) {
       dev.recv<float>(0, second, 7);
@@ -401,6 +407,20 @@ TEST(MpiFailures, LargeMessagesAfterAWithdrawnReceiveAndOfTheWrongSize) {
                                                {"device 1 expects 2000 f32 from device 0 (tag 8)", "holds 12000 bytes (3000 f32)"});
     }
     dev.barrier(mine);
+    // Across 4 KiB: found once no message of the expected size came.
+    std::vector<float> small(3);
+    if (dev.id() == 0) dev.send<float>(1, sent, 9);
+    if (dev.id() == 1) {
+      expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, small, 9); },
+                                               {"device 1 expects 3 f32 from device 0 (tag 9)", "holds 8000 bytes (2000 f32)"});
+    }
+    meet_after_timeout();
+    if (dev.id() == 0) dev.send<float>(1, small, 9);
+    if (dev.id() == 1) {
+      expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, second, 9); },
+                                               {"device 1 expects 2000 f32 from device 0 (tag 9)", "holds 12 bytes (3 f32)"});
+    }
+    meet_after_timeout();
   });
 }
 

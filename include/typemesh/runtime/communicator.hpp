@@ -76,4 +76,14 @@ concept lending_communicator = communicator<C> && requires(C& c, const void* in,
   { c.settle() } noexcept;
 };
 
+// Optional: a communicator that can use a hint hears through expect that
+// this device will soon receive `count` elements of `type` from `peer` on
+// `tag` (a labelled message's data, while its label is still on the way),
+// so it may tell the sender early that the receive is coming (MPI's ready
+// notice). The recv follows as usual.
+template <class C>
+concept expecting_communicator = communicator<C> && requires(C& c, std::size_t count, dtype type, int peer, int tag) {
+  c.expect(peer, count, type, tag);
+};
+
 }  // namespace typemesh

@@ -344,6 +344,7 @@ class device {
   void recv_labelled_in(Space s, std::string_view what, int from, T* data, std::size_t n) {
     check_type<T>();
     peer("recv from", from);
+    impl_->expect(from, n, dtype_of<T>, detail::labelled_tag);
     receive_label<T>(what, from, n);
     count(op_kind::recv, 0, n * sizeof(T));
     in_communicator_memory<Space, T>(s, nullptr, 0, data, n, [&](const T*, T* d) {
@@ -409,6 +410,7 @@ class device {
     virtual void broadcast(const group&, void*, std::size_t, dtype, int) = 0;
     virtual void send(int, const void*, std::size_t, dtype, int) = 0;
     virtual void recv(int, void*, std::size_t, dtype, int) = 0;
+    virtual void expect(int, std::size_t, dtype, int) = 0;
     virtual void barrier(const group&) = 0;
     virtual bool lends() const = 0;
     virtual void lend(int, const void*, std::size_t, dtype, int) = 0;
@@ -445,6 +447,9 @@ class device {
     }
     void send(int to, const void* in, std::size_t n, dtype t, int tag) override { c.send(to, in, n, t, tag); }
     void recv(int from, void* out, std::size_t n, dtype t, int tag) override { c.recv(from, out, n, t, tag); }
+    void expect(int from, std::size_t n, dtype t, int tag) override {
+      if constexpr (expecting_communicator<C>) c.expect(from, n, t, tag);
+    }
     void barrier(const group& g) override { c.barrier(g); }
     bool lends() const override { return lending_communicator<C>; }
     void lend(int to, const void* in, std::size_t n, dtype t, int tag) override {

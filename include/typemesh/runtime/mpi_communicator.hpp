@@ -110,6 +110,10 @@ class mpi_state {
     check(MPI_Comm_dup(world, &world_), "MPI_Comm_dup");
     check(MPI_Comm_dup(world, &everyone_), "MPI_Comm_dup");
     check(MPI_Comm_dup(world, &labelled_), "MPI_Comm_dup");
+    check(MPI_Comm_dup(world, &large_world_), "MPI_Comm_dup");
+    check(MPI_Comm_dup(world, &large_labelled_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(large_world_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(large_labelled_, MPI_ERRORS_RETURN);
     check(MPI_Comm_dup(world, &notices_), "MPI_Comm_dup");
     check(MPI_Comm_dup(world, &ready_), "MPI_Comm_dup");
     check(MPI_Comm_dup(world, &labelled_ready_), "MPI_Comm_dup");
@@ -160,6 +164,8 @@ class mpi_state {
     MPI_Comm_free(&ready_);
     for (auto& [devices, comm] : groups_) MPI_Comm_free(&comm);
     MPI_Comm_free(&everyone_);
+    MPI_Comm_free(&large_labelled_);
+    MPI_Comm_free(&large_world_);
     MPI_Comm_free(&labelled_);
     MPI_Comm_free(&world_);
   }
@@ -169,9 +175,14 @@ class mpi_state {
   int rank_on_node() const { return rank_on_node_; }
   int size() const { return size_; }
   MPI_Comm world() const { return world_; }
-  // Where messages of a tag go: program tags on world(), labelled messages
-  // (detail::labelled_tag) on a communicator of their own, as MPI tag 0.
-  MPI_Comm comm_of_tag(int tag) const { return tag == detail::labelled_tag ? labelled_ : world_; }
+  // Where messages of a tag and size go: program tags on world(), labelled
+  // messages (detail::labelled_tag) on a communicator of their own, as MPI
+  // tag 0; and from direct_bytes on, each on another one, so that a receive
+  // posted for fewer bytes never meets such a message (see recv_large).
+  MPI_Comm comm_of(int tag, std::size_t bytes) const {
+    if (tag == detail::labelled_tag) return bytes >= direct_bytes ? large_labelled_ : labelled_;
+    return bytes >= direct_bytes ? large_world_ : world_;
+  }
   static int mpi_tag(int tag) { return tag == detail::labelled_tag ? 0 : tag; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   int tag_ub() const { return tag_ub_; }
@@ -285,7 +296,7 @@ class mpi_state {
     ++sent_to_[to];
     if (bytes >= direct_bytes && receiver_ready(to, tag, bytes)) {
       MPI_Request request = MPI_REQUEST_NULL;
-      check(MPI_Isend(in, mpi_count(count), detail::mpi_datatype(t), to, mpi_tag(tag), comm_of_tag(tag), &request),
+      check(MPI_Isend(in, mpi_count(count), detail::mpi_datatype(t), to, mpi_tag(tag), comm_of(tag, bytes), &request),
             "MPI_Isend");
       if (!wait(request, deadline())) {
         // Only when the receive it announced was withdrawn (a recv that
@@ -300,7 +311,7 @@ class mpi_state {
     }
     pending_send s{to, tag, std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1), MPI_REQUEST_NULL};
     if (bytes) std::memcpy(s.data.get(), in, bytes);
-    check(MPI_Isend(s.data.get(), mpi_count(count), detail::mpi_datatype(t), to, mpi_tag(tag), comm_of_tag(tag),
+    check(MPI_Isend(s.data.get(), mpi_count(count), detail::mpi_datatype(t), to, mpi_tag(tag), comm_of(tag, bytes),
                     &s.request),
           "MPI_Isend");
     sends_.push_back(std::move(s));
@@ -423,7 +434,7 @@ class mpi_state {
     MPI_Status status;
     MPI_Comm comm = MPI_COMM_NULL;
     const bool found = poll_until(deadline(), [&] {
-      for (MPI_Comm c : {labelled_, world_}) {
+      for (MPI_Comm c : {labelled_, world_, large_labelled_, large_world_}) {
         int flag = 0;
         check(MPI_Improbe(from, MPI_ANY_TAG, c, &flag, &message, &status), "MPI_Improbe");
         if (flag) {
@@ -446,7 +457,8 @@ class mpi_state {
                          "), which device ", rank_, " never received");
     }
     return detail::cat("device ", from, " sent device ", rank_, " ", bytes, " bytes (",
-                       comm == labelled_ ? std::string("labelled") : detail::cat("tag ", status.MPI_TAG),
+                       comm == labelled_ || comm == large_labelled_ ? std::string("labelled")
+                                                                    : detail::cat("tag ", status.MPI_TAG),
                        "), which device ", rank_, " never received");
   }
 
@@ -518,6 +530,7 @@ class mpi_state {
 
   std::chrono::milliseconds timeout_;
   MPI_Comm world_ = MPI_COMM_NULL, everyone_ = MPI_COMM_NULL, labelled_ = MPI_COMM_NULL;
+  MPI_Comm large_world_ = MPI_COMM_NULL, large_labelled_ = MPI_COMM_NULL;  // messages of direct_bytes or more
   int rank_ = 0, size_ = 0, ranks_on_node_ = 1, rank_on_node_ = 0;
   bool oversubscribed_ = false;
   std::map<std::vector<int>, MPI_Comm> groups_;
@@ -678,8 +691,8 @@ class mpi_communicator {
     const std::size_t expected = n * size_of(t);
     if (expected >= mpi_state::direct_bytes) return recv_large(from, out, n, t, tag);
     MPI_Request request = MPI_REQUEST_NULL;
-    s_->check(MPI_Irecv(out, count(n), detail::mpi_datatype(t), from, mpi_state::mpi_tag(tag), s_->comm_of_tag(tag),
-                        &request),
+    s_->check(MPI_Irecv(out, count(n), detail::mpi_datatype(t), from, mpi_state::mpi_tag(tag),
+                        s_->comm_of(tag, expected), &request),
               "MPI_Irecv");
     MPI_Status status;
     bool truncated = false;
@@ -713,13 +726,23 @@ class mpi_communicator {
         if (truncated) cancelled = 0;  // it came, too large: named below
         else MPI_Test_cancelled(&status, &cancelled);
       }
-      if (cancelled) nothing_received(from, tag, sender_finished);
+      if (cancelled) nothing_received(from, n, t, tag, sender_finished);
     }
     s_->count_received(from, tag, expected);
     int bytes = 0;
     if (!truncated) MPI_Get_count(&status, MPI_BYTE, &bytes);
     if (truncated) throw wrong_size(from, n, t, tag, detail::cat("more than ", expected, " bytes"));
     if (static_cast<std::size_t>(bytes) != expected) throw wrong_size(from, n, t, tag, bytes);
+  }
+
+  // A labelled message's data is coming (its label first): the ready notice
+  // goes out now, so it travels while the label does, and recv_large does
+  // not send another.
+  void expect(int from, std::size_t n, dtype t, int tag) {
+    announced_.reset();
+    if (n * size_of(t) < mpi_state::direct_bytes) return;
+    s_->announce_ready(from, tag);
+    announced_ = std::pair{from, tag};
   }
 
   void barrier(const group& g) {
@@ -730,18 +753,20 @@ class mpi_communicator {
   // A message of direct_bytes or more passes MPI's eager limit, so MPI hands
   // it over with a handshake and finding it before receiving costs nothing
   // (the data still moves once, straight into `out`). Its size is then
-  // known first: one of the wrong size is taken into scratch memory and
-  // named exactly, because a receive posted for fewer bytes would not be
-  // safe (Open MPI 4.1's shared-memory single copy writes all of a
-  // too-large message, past the end of the receive buffer). The ready
-  // notice goes out once this device looks for the message.
+  // known first, and one of the wrong size is taken into scratch memory and
+  // named exactly. A receive must never be posted for fewer bytes than such
+  // a message holds: Open MPI 4.1's shared-memory single copy writes all of
+  // it, past the end of the receive buffer. Hence also their communicators
+  // of their own (comm_of): a small receive, posted at once, never meets
+  // one. The ready notice goes out once this device looks for the message.
   void recv_large(int from, void* out, std::size_t n, dtype t, int tag) {
-    s_->announce_ready(from, tag);
+    if (announced_ == std::pair{from, tag}) announced_.reset();
+    else s_->announce_ready(from, tag);
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status status;
     auto found = [&] {
       int flag = 0;
-      s_->check(MPI_Improbe(from, mpi_state::mpi_tag(tag), s_->comm_of_tag(tag), &flag, &message, &status),
+      s_->check(MPI_Improbe(from, mpi_state::mpi_tag(tag), s_->comm_of(tag, n * size_of(t)), &flag, &message, &status),
                 "MPI_Improbe");
       return flag != 0;
     };
@@ -755,7 +780,7 @@ class mpi_communicator {
       }
       return false;
     });
-    if (sender_finished || !arrived) nothing_received(from, tag, sender_finished);
+    if (sender_finished || !arrived) nothing_received(from, n, t, tag, sender_finished);
     s_->count_received(from, tag, n * size_of(t));
     int bytes = 0;
     MPI_Get_count(&status, MPI_BYTE, &bytes);
@@ -782,9 +807,25 @@ class mpi_communicator {
                       detail::cat(bytes, " bytes (", bytes / static_cast<int>(size_of(t)), " ", name_of(t), ")"));
   }
 
-  // No message came: its sender has returned from the program, or the
-  // timeout passed.
-  [[noreturn]] void nothing_received(int from, int tag, bool sender_finished) const {
+  // No message of n elements of t came: its sender has returned from the
+  // program, or the timeout passed. A message of the other size class (see
+  // comm_of) is taken and named, as one of the wrong size.
+  [[noreturn]] void nothing_received(int from, std::size_t n, dtype t, int tag, bool sender_finished) const {
+    const bool large = n * size_of(t) >= mpi_state::direct_bytes;
+    int found = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    s_->check(MPI_Improbe(from, mpi_state::mpi_tag(tag), s_->comm_of(tag, large ? 0 : mpi_state::direct_bytes), &found,
+                          &message, &status),
+              "MPI_Improbe");
+    if (found) {
+      int bytes = 0;
+      MPI_Get_count(&status, MPI_BYTE, &bytes);
+      s_->check(MPI_Mrecv(s_->scratch(static_cast<std::size_t>(bytes)), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE),
+                "MPI_Mrecv");
+      s_->count_received(from, tag, n * size_of(t));
+      throw wrong_size(from, n, t, tag, bytes);
+    }
     if (sender_finished) {
       throw collective_error(detail::cat("recv on device ", device(), " from device ", from, " (",
                                           detail::describe_tag(tag), "): device ", from,
@@ -867,8 +908,10 @@ class mpi_communicator {
   }
 
   std::shared_ptr<mpi_state> s_;
+  std::optional<std::pair<int, int>> announced_;  // (peer, tag) whose ready notice expect sent ahead
 };
 
 static_assert(communicator<mpi_communicator>);
+static_assert(expecting_communicator<mpi_communicator>);
 
 }  // namespace typemesh
