@@ -708,15 +708,7 @@ class mpi_communicator {
       return true;
     };
     bool sender_finished = false;
-    long polls = 0;
-    const bool arrived = s_->poll_for(s_->timeout(), [&] {
-      if (done()) return true;
-      if (++polls % 256 == 0 && s_->has_finished(from)) {
-        sender_finished = !done();  // what it sent came before its notice
-        return true;
-      }
-      return false;
-    });
+    const bool arrived = wait_for_message(from, done, sender_finished);
     if (sender_finished || !arrived) {
       // The message may have come meanwhile: then the cancel fails and the
       // receive stands. Either way it ends locally.
@@ -771,15 +763,7 @@ class mpi_communicator {
       return flag != 0;
     };
     bool sender_finished = false;
-    long polls = 0;
-    const bool arrived = s_->poll_for(s_->timeout(), [&] {
-      if (found()) return true;
-      if (++polls % 256 == 0 && s_->has_finished(from)) {
-        sender_finished = !found();  // what it sent came before its notice
-        return true;
-      }
-      return false;
-    });
+    const bool arrived = wait_for_message(from, found, sender_finished);
     if (sender_finished || !arrived) nothing_received(from, n, t, tag, sender_finished);
     s_->count_received(from, tag, n * size_of(t));
     int bytes = 0;
@@ -796,6 +780,22 @@ class mpi_communicator {
                                       "): the message came but its data did not arrive within ", s_->timeout().count(),
                                       " ms"));
     }
+  }
+
+  // Polls came() until it says the message from `from` is there (true), the
+  // timeout passes (false), or `from` has returned without sending it
+  // (true, with sender_finished set).
+  template <class Came>
+  bool wait_for_message(int from, Came& came, bool& sender_finished) {
+    long polls = 0;
+    return s_->poll_for(s_->timeout(), [&] {
+      if (came()) return true;
+      if (++polls % 256 == 0 && s_->has_finished(from)) {
+        sender_finished = !came();  // what it sent came before its notice
+        return true;
+      }
+      return false;
+    });
   }
 
   collective_error wrong_size(int from, std::size_t n, dtype t, int tag, const std::string& holds) const {
