@@ -22,10 +22,11 @@
 // devices can deadlock), so it copies the message before MPI_Isend. From
 // direct_bytes on, where MPI needs a handshake anyway, a message skips that
 // copy when its receiver is already waiting for it: a recv of that size
-// posts its receive, then tells the sender so with a small ready notice, and
-// a send that finds the notice (or sees it arrive within about what the copy
-// would cost) sends from the caller's memory and waits for MPI to finish
-// with it. Which way a message went never changes what arrives.
+// tells the sender so with a small ready notice while it looks for the
+// message, and a send that finds the notice (or sees it arrive within about
+// what the copy would cost) sends from the caller's memory and waits for
+// MPI to finish with it. Which way a message went never changes what
+// arrives.
 //
 // Nothing waits forever: every wait polls its request until the launch
 // timeout and then throws timeout_error naming the collective, the group and
@@ -299,8 +300,9 @@ class mpi_state {
       check(MPI_Isend(in, mpi_count(count), detail::mpi_datatype(t), to, mpi_tag(tag), comm_of(tag, bytes), &request),
             "MPI_Isend");
       if (!wait(request, deadline())) {
-        // Only when the receive it announced was withdrawn (a recv that
-        // timed out), and nothing else matched the message since.
+        // Only when the recv that sent the notice gave up (timed out) and no
+        // later recv took the message. MPI may still read `in` if one takes
+        // it after this; the program is failing by then.
         MPI_Cancel(&request);
         MPI_Request_free(&request);
         throw timeout_error(detail::cat("send from device ", rank_, " to device ", to, " (", detail::describe_tag(tag),
@@ -317,9 +319,9 @@ class mpi_state {
     sends_.push_back(std::move(s));
   }
 
-  // A recv of direct_bytes or more from `from` on `tag` has posted its
-  // receive: tells the sender, with how many such messages this device has
-  // taken from it on that tag (the place of the one it now waits for).
+  // A recv of direct_bytes or more from `from` on `tag` is about to look for
+  // its message: tells the sender, with how many such messages this device
+  // has taken from it on that tag (the place of the one it now waits for).
   void announce_ready(int from, int tag) {
     progress_sends();
     const std::uint64_t taken = direct_taken_[{from, tag}];
