@@ -44,7 +44,7 @@ concept communicator = requires(C& c, const group& g, const void* in, void* out,
   c.reduce_scatter(g, in, out, count, type, op);     // in: size * count; out: member's block
   c.alltoall(g, in, out, count, type);               // block j of in goes to member j
   c.broadcast(g, out, count, type, peer);            // from member `peer` to all
-  c.send(peer, in, count, type, tag);                // buffered: returns once copied out
+  c.send(peer, in, count, type, tag);                // buffered: never waits for the receiver
   c.recv(peer, out, count, type, tag);               // blocks until the message arrives
   c.barrier(g);
 };

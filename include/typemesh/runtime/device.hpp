@@ -167,8 +167,10 @@ class device {
 
  public:
 
-  // Buffered: returns once the data is copied out; the receiver's recv takes
-  // it. Tags are 0 or more; messages with different tags do not mix.
+  // Buffered: returns without waiting for the receiver, once the data is
+  // copied out (or, on MPI from 4 KiB, taken by a receiver that was already
+  // waiting); the receiver's recv takes it. Tags are 0 or more; messages
+  // with different tags do not mix.
   template <class T>
   void send(int to, std::span<T> data, int tag = 0) {
     send_in(host_space{}, to, static_cast<const T*>(data.data()), data.size(), tag);
