@@ -108,22 +108,14 @@ class mpi_state {
   // Collective over `world`: duplicates it, so the run's messages never mix
   // with the program's own MPI traffic or with another launch's.
   mpi_state(MPI_Comm world, std::chrono::milliseconds timeout) : timeout_(timeout) {
-    check(MPI_Comm_dup(world, &world_), "MPI_Comm_dup");
-    check(MPI_Comm_dup(world, &everyone_), "MPI_Comm_dup");
-    check(MPI_Comm_dup(world, &labelled_), "MPI_Comm_dup");
-    check(MPI_Comm_dup(world, &large_world_), "MPI_Comm_dup");
-    check(MPI_Comm_dup(world, &large_labelled_), "MPI_Comm_dup");
-    MPI_Comm_set_errhandler(large_world_, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(large_labelled_, MPI_ERRORS_RETURN);
-    check(MPI_Comm_dup(world, &notices_), "MPI_Comm_dup");
-    check(MPI_Comm_dup(world, &ready_), "MPI_Comm_dup");
-    check(MPI_Comm_dup(world, &labelled_ready_), "MPI_Comm_dup");
-    MPI_Comm_set_errhandler(ready_, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(labelled_ready_, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(notices_, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(everyone_, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(labelled_, MPI_ERRORS_RETURN);
+    // All at once: each duplication is a collective round, and a program
+    // may launch many times.
+    MPI_Comm* const comms[] = {&world_,    &everyone_, &labelled_,       &large_world_,
+                               &large_labelled_, &notices_, &ready_, &labelled_ready_};
+    MPI_Request dups[std::size(comms)];
+    for (std::size_t i = 0; i < std::size(comms); ++i) check(MPI_Comm_idup(world, comms[i], &dups[i]), "MPI_Comm_idup");
+    check(MPI_Waitall(static_cast<int>(std::size(comms)), dups, MPI_STATUSES_IGNORE), "MPI_Comm_idup");
+    for (MPI_Comm* c : comms) MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
     MPI_Comm_rank(world_, &rank_);
     MPI_Comm_size(world_, &size_);
     sent_to_.assign(size_, 0);
@@ -468,19 +460,20 @@ class mpi_state {
   // more on `tag`: its ready notice for that message came. Notices for
   // earlier messages (which went before their notice) are dropped on the
   // way. Waits for the notice about as long as copying the message would
-  // take (at 8 GB/s, at least 1 us), yielding the core meanwhile when the
-  // node is oversubscribed.
+  // take (at 8 GB/s, at least 1 us). Not at all when the node runs more
+  // ranks than cores: a rank that yields there may lose its core for a
+  // whole time slice, far longer than the copy.
   bool receiver_ready(int to, int tag, std::size_t bytes) {
     const std::uint64_t place = direct_sent_[{to, tag}]++;
-    const auto until = std::chrono::steady_clock::now() + std::max(std::chrono::nanoseconds(1000),
-                                                                   std::chrono::nanoseconds(bytes / 8));
+    const auto wait = oversubscribed_ ? std::chrono::nanoseconds(0)
+                                      : std::max(std::chrono::nanoseconds(1000), std::chrono::nanoseconds(bytes / 8));
+    const auto until = std::chrono::steady_clock::now() + wait;
     for (;;) {
       if (auto taken = next_ready(to, tag)) {
         if (*taken == place) return true;
         continue;
       }
       if (std::chrono::steady_clock::now() >= until) return false;
-      if (oversubscribed_) std::this_thread::yield();
     }
   }
 
