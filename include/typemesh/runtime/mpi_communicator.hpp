@@ -303,12 +303,7 @@ class mpi_state {
       }
       return;
     }
-    pending_send s{to, tag, std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1), MPI_REQUEST_NULL};
-    if (bytes) std::memcpy(s.data.get(), in, bytes);
-    check(MPI_Isend(s.data.get(), mpi_count(count), detail::mpi_datatype(t), to, mpi_tag(tag), comm_of(tag, bytes),
-                    &s.request),
-          "MPI_Isend");
-    sends_.push_back(std::move(s));
+    send_copy(to, tag, in, count, t, comm_of(tag, bytes));
   }
 
   // A recv of direct_bytes or more from `from` on `tag` is about to look for
@@ -316,11 +311,8 @@ class mpi_state {
   // has taken from it on that tag (the place of the one it now waits for).
   void announce_ready(int from, int tag) {
     progress_sends();
-    const std::uint64_t taken = direct_taken_[{from, tag}];
-    pending_send s{from, tag, std::make_unique_for_overwrite<std::byte[]>(sizeof taken), MPI_REQUEST_NULL};
-    std::memcpy(s.data.get(), &taken, sizeof taken);
-    check(MPI_Isend(s.data.get(), 1, MPI_UINT64_T, from, mpi_tag(tag), ready_of_tag(tag), &s.request), "MPI_Isend");
-    sends_.push_back(std::move(s));
+    const auto taken = static_cast<std::int64_t>(direct_taken_[{from, tag}]);
+    send_copy(from, tag, &taken, 1, dtype::i64, ready_of_tag(tag));
     ++readies_to_[from];
   }
 
@@ -477,34 +469,36 @@ class mpi_state {
     }
   }
 
-  // The next ready notice from `to` on `tag` (how many messages it had
-  // taken), if one has come.
-  std::optional<std::uint64_t> next_ready(int to, int tag) {
+  // The next ready notice from `to` with MPI tag `mpi_tag` (MPI_ANY_TAG
+  // for any) on `comm` (how many messages it had taken), if one has come.
+  std::optional<std::uint64_t> next_ready(int to, int mpi_tag, MPI_Comm comm) {
     int found = 0;
     MPI_Message message = MPI_MESSAGE_NULL;
-    check(MPI_Improbe(to, mpi_tag(tag), ready_of_tag(tag), &found, &message, MPI_STATUS_IGNORE), "MPI_Improbe");
+    check(MPI_Improbe(to, mpi_tag, comm, &found, &message, MPI_STATUS_IGNORE), "MPI_Improbe");
     if (!found) return std::nullopt;
-    std::uint64_t taken = 0;
-    check(MPI_Mrecv(&taken, 1, MPI_UINT64_T, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+    std::int64_t taken = 0;  // sent as dtype::i64
+    check(MPI_Mrecv(&taken, 1, MPI_INT64_T, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
     ++readies_from_[to];
-    return taken;
+    return static_cast<std::uint64_t>(taken);
   }
+  std::optional<std::uint64_t> next_ready(int to, int tag) { return next_ready(to, mpi_tag(tag), ready_of_tag(tag)); }
 
   // Takes one ready notice from `from`, on any tag (at the end of the program).
   void drop_ready(int from) {
     poll_until(deadline(), [&] {
-      for (MPI_Comm c : {ready_, labelled_ready_}) {
-        int found = 0;
-        MPI_Message message = MPI_MESSAGE_NULL;
-        check(MPI_Improbe(from, MPI_ANY_TAG, c, &found, &message, MPI_STATUS_IGNORE), "MPI_Improbe");
-        if (!found) continue;
-        std::uint64_t taken = 0;
-        check(MPI_Mrecv(&taken, 1, MPI_UINT64_T, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
-        ++readies_from_[from];
-        return true;
-      }
-      return false;
+      return next_ready(from, MPI_ANY_TAG, ready_) || next_ready(from, MPI_ANY_TAG, labelled_ready_);
     });
+  }
+
+  // Sends `count` elements of t at `in` to `to` on `comm` from a copy, kept
+  // alive until MPI has sent it.
+  void send_copy(int to, int tag, const void* in, std::size_t count, dtype t, MPI_Comm comm) {
+    const std::size_t bytes = count * size_of(t);
+    pending_send s{to, tag, std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1), MPI_REQUEST_NULL};
+    if (bytes) std::memcpy(s.data.get(), in, bytes);
+    check(MPI_Isend(s.data.get(), mpi_count(count), detail::mpi_datatype(t), to, mpi_tag(tag), comm, &s.request),
+          "MPI_Isend");
+    sends_.push_back(std::move(s));
   }
 
   MPI_Comm ready_of_tag(int tag) const { return tag == detail::labelled_tag ? labelled_ready_ : ready_; }
