@@ -669,4 +669,82 @@ TEST(InPlace, AReceiverBusyElsewhereDoesNotHoldTheSender) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
+// --- Targets that share their source's elements -------------------------------
+
+// Whether t's local elements lie inside x's.
+template <class A, class B>
+bool within(const A& t, const B& x) {
+  const float *p = std::as_const(t).data(), *q = std::as_const(x).data();
+  return t.local_size() > 0 && p >= q && p + t.local_size() <= q + x.local_size();
+}
+
+// The pipeline's backward move: each device of the first stage keeps half of
+// what it held, as one run of its slice. That target shares the source's
+// elements (nothing is copied or received), and writing either one afterwards
+// leaves the other as it was. Both interleavings: the kept run is the first
+// half of the source slice, or the second.
+TEST(Shared, AKeptRunOfHalfTheSourceIsSharedNotCopied) {
+  const S3 s{8, 4, 4};
+  const auto h = counting(s, 0);
+  for (bool evens_first : {true, false}) {
+    SCOPED_TRACE(evens_first ? "evens first" : "odds first");
+    launch(8, [&](device& dev) {
+      const auto first = typemesh::devices::first_half(8), second = typemesh::devices::second_half(8);
+      M1 stages({8}, evens_first ? typemesh::devices::interleave(first, second)
+                                 : typemesh::devices::interleave(second, first));
+      M2 evens({4}, first);
+      const auto x = typemesh::import_tensor<layout<d0(a0)>>(evens, h);
+      dev.traffic().reset();
+      auto y = typemesh::replace_mesh<layout<d0(a0)>, typemesh::pipeline>(x, stages);
+      expect_local(y, [&](auto i) { return h[i]; });
+      const bool keeps = dev.id() < 4;
+      const std::int64_t row = 4 * 4;  // each stage's slice: one row of d0
+      EXPECT_EQ(dev.traffic().bytes_received(), keeps ? 0u : row * sizeof(float));
+      if (!keeps) return;
+      ASSERT_TRUE(within(y, x));
+      EXPECT_EQ(std::as_const(y).data() - std::as_const(x).data(), evens_first ? 0 : row);
+      auto x2 = x;
+      for (float& v : x2.local()) v = -1;  // x2 takes its own copy first
+      expect_local(y, [&](auto i) { return h[i]; });
+      expect_local(x, [&](auto i) { return h[i]; });
+      for (float& v : y.local()) v = -2;  // y is written, x stays
+      expect_local(x, [&](auto i) { return h[i]; });
+      expect_local(y, [](auto) { return -2.0f; });
+    });
+  }
+}
+
+// A target that would keep less than half its source (a replicated tensor
+// split four ways), or whose kept part is not one run of the source (split
+// along a middle dim), gets elements of its own. A run of half is shared, and
+// a move that changes nothing on a device shares everything, also from a
+// tensor that is itself a shared part.
+TEST(Shared, OnlyRunsOfHalfTheSourceOrMoreAreShared) {
+  const S3 s{8, 4, 4};
+  const auto h = counting(s, 0);
+  launch(8, [&](device& dev) {  // 8: the suite also runs on 8 MPI ranks
+    M1 all({4}, {0, 1, 2, 3}), pair({2}, {0, 1});
+    M2 same({4}, {0, 1, 2, 3}), pair_again({2}, {0, 1});
+    const auto everything = typemesh::import_tensor<typemesh::replicated>(all, h);
+    const auto quarter = typemesh::replace_mesh<layout<d0(a0)>>(everything, same);
+    if (all.contains(dev.id())) {
+      expect_local(quarter, [&](auto i) { return h[i]; });
+      EXPECT_FALSE(within(quarter, everything));
+    }
+
+    const auto both = typemesh::import_tensor<typemesh::replicated>(pair, h);
+    const auto columns = typemesh::replace_mesh<layout<d1(a0)>>(both, pair_again);
+    const auto rows = typemesh::replace_mesh<layout<d0(a0)>>(both, pair_again);
+    const auto rows_again = typemesh::replace_mesh<layout<d0(a0)>>(rows, pair);
+    if (!pair.contains(dev.id())) return;
+    expect_local(columns, [&](auto i) { return h[i]; });
+    expect_local(rows, [&](auto i) { return h[i]; });
+    expect_local(rows_again, [&](auto i) { return h[i]; });
+    EXPECT_FALSE(within(columns, both));
+    EXPECT_TRUE(within(rows, both));
+    EXPECT_EQ(std::as_const(rows).data() - std::as_const(both).data(), dev.id() * 4 * 4 * 4);
+    EXPECT_EQ(std::as_const(rows_again).data(), std::as_const(rows).data());
+  });
+}
+
 }  // namespace

@@ -78,5 +78,5 @@ static_assert(!indexable<decltype(std::declval<gpu_act&>().local())>);
 float gpu_sum(const gpu_act& x) { return typemesh::backend::sum(x.space(), x.data(), x.local_size()); }
 
 std::int64_t local_elements(const act& x) {
-  return static_cast<std::int64_t>(x.storage().size());
+  return static_cast<std::int64_t>(x.local().size());
 }

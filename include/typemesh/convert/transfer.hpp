@@ -57,6 +57,25 @@ struct local_slice {
   }
 };
 
+// Where this device's target slice starts in its source slice (in elements),
+// when the plan keeps the whole target slice from there as one contiguous run,
+// and that run is at least half the source slice; else -1. Such a target
+// shares the source's elements (copy on write, as tensor copies do) and
+// nothing is copied into it: a pipeline's backward move, whose first stage
+// keeps half of what it held. The half bounds the memory a small target keeps
+// alive with its source's elements.
+template <class T, std::size_t Rank>
+std::int64_t kept_in_place(const transfer_plan<Rank>& plan, int me, const local_slice<const T, Rank>& in) {
+  const transfer_piece<Rank>* kept = nullptr;
+  for (const auto& p : plan.pieces) {
+    if (p.to != me) continue;
+    if (p.from != me || kept) return -1;
+    kept = &p;
+  }
+  if (!kept || 2 * kept->region.elements() < in.slice.elements()) return -1;
+  return in.contiguous_offset(kept->region);
+}
+
 // Below this many bytes between two devices a transfer sends a message even
 // where the communicator lends: a loan makes the sender wait for its reader,
 // which costs more than copying a few KiB twice.
@@ -64,7 +83,8 @@ inline constexpr std::int64_t lend_bytes = std::int64_t(64) << 10;
 
 // Moves the pieces of `plan` from `in` (this device's source slice) into
 // `out` (its target slice), both in the memory of Space. Compiled once per
-// space, element type and rank.
+// space, element type and rank. With `kept_shared` the target shares the
+// source's elements (kept_in_place), so this device only sends.
 //
 // Where the communicator lends host memory (host threads), a device lends its
 // whole source slice to each peer it sends at least lend_bytes to, and that
@@ -80,7 +100,7 @@ inline constexpr std::int64_t lend_bytes = std::int64_t(64) << 10;
 // what it receives.
 template <class Space, class T, std::size_t Rank>
 void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& plan, local_slice<const T, Rank> in,
-                  local_slice<T, Rank> out) {
+                  local_slice<T, Rank> out, bool kept_shared = false) {
   device& dev = this_device();
   const int me = dev.id();
   bool lends = false, stream = false;
@@ -143,7 +163,7 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
 
   // What this device keeps.
   for (const auto& p : plan.pieces) {
-    if (p.from == me && p.to == me) copy(in.data, in.region_of(p.region), out.region_of(p.region), p.region.extent);
+    if (p.from == me && p.to == me && !kept_shared) copy(in.data, in.region_of(p.region), out.region_of(p.region), p.region.extent);
   }
 
   // Incoming, in the senders' order: from the lender's slice, or unstaged
@@ -203,24 +223,32 @@ tensor<T, S, NewLayout, M2> transfer_as(const std::string& what, const tensor<T,
   using out_t = tensor<T, S, NewLayout, M2>;
   constexpr std::size_t rank = S::rank;
   try {
-    // Uninitialised: the plan's pieces tile every target slice (transfer_plan.hpp).
-    out_t out(to, x.shape(), uninitialized);
     const int me = x.device();
-    if (!x.mesh().contains(me) && !to.contains(me)) return with_gradient(std::move(out), x, what);
+    // Uninitialised: the plan's pieces tile every target slice (transfer_plan.hpp).
+    if (!x.mesh().contains(me) && !to.contains(me)) return with_gradient(out_t(to, x.shape(), uninitialized), x, what);
     const auto plan = make_transfer_plan<rank>(x.shape().sizes(),
                                                runtime_placement<rank>::template of<typename in_t::geometry>(x.mesh()),
                                                runtime_placement<rank>::template of<typename out_t::geometry>(to));
     if constexpr (std::is_same_v<space_of<M>, space_of<M2>>) {
-      run_transfer<space_of<M>, T, rank>(x.space(), what, plan, {x.data(), x.slice()}, {out.data(), out.slice()});
+      const local_slice<const T, rank> in{x.data(), x.slice()};
+      if (const std::int64_t at = kept_in_place(plan, me, in); at >= 0) {
+        out_t out = out_t::sharing_part_of(x, to, x.shape(), at);
+        run_transfer<space_of<M>, T, rank>(x.space(), what, plan, in, {nullptr, out.slice()}, true);
+        return with_gradient(std::move(out), x, what);
+      }
+      out_t out(to, x.shape(), uninitialized);
+      run_transfer<space_of<M>, T, rank>(x.space(), what, plan, in, {out.data(), out.slice()});
+      return with_gradient(std::move(out), x, what);
     } else {
+      out_t out(to, x.shape(), uninitialized);
       // Between a host mesh and a GPU mesh: this device's source slice is
       // first copied into the target's memory, then moved as within it.
       backend::storage<T, space_of<M2>> source(static_cast<std::size_t>(x.local_size()));
       backend::copy_elements(out.space(), backend::view(source).data(), x.space(), x.data(), source.size());
       run_transfer<space_of<M2>, T, rank>(out.space(), what, plan, {backend::view(source).data(), x.slice()},
                                          {out.data(), out.slice()});
+      return with_gradient(std::move(out), x, what);
     }
-    return with_gradient(std::move(out), x, what);
   } catch (...) {
     rethrow_within(what);
   }

@@ -31,6 +31,15 @@ namespace typemesh {
 struct uninitialized_t {};
 inline constexpr uninitialized_t uninitialized{};
 
+namespace detail {
+// Which of a tensor's stored local elements are its own: all of them (size
+// -1), or `size` from `offset` on, where a conversion shares part of its
+// source's.
+struct local_part {
+  std::int64_t offset = 0, size = -1;
+};
+}  // namespace detail
+
 template <class T, class Shape, class Layout, class Mesh>
 class tensor {
   static_assert(is_shape<Shape>, "typemesh: the second argument of tensor<> must be a typemesh::shape<...>");
@@ -72,6 +81,25 @@ class tensor {
                                     t.slice_.elements()));
     }
     t.local_ = x.local_;
+    t.part_ = x.part_;
+    return t;
+  }
+
+  // A tensor of this type on mesh m whose elements on this device are
+  // consecutive elements of x's, from `offset` on, shared until either is
+  // written: for a conversion whose target slice on this device is one run
+  // of its source slice, which then copies nothing.
+  template <class S2, class L2, class M2>
+  static tensor sharing_part_of(const tensor<T, S2, L2, M2>& x, const Mesh& m, const Shape& s, std::int64_t offset) {
+    static_assert(std::is_same_v<space_of<M2>, space_type>, "typemesh: a tensor shares elements within one space only");
+    tensor t(m, s, this_device(), placed_only{});
+    const std::int64_t n = t.slice_.elements();
+    if (!x.local_ || offset < 0 || offset + n > x.local_size()) {
+      throw error(detail::cat("sharing elements: ", t.describe(), " needs ", n, " elements from element ", offset,
+                              " of ", x.describe(), ", which holds ", x.local_size(), " on device ", t.device_));
+    }
+    t.local_ = x.local_;
+    t.part_ = {x.part_.offset + offset, n};
     return t;
   }
 
@@ -85,6 +113,7 @@ class tensor {
         device_(other.device_),
         slice_(other.slice_),
         local_(std::move(other.local_)),
+        part_(other.part_),
         node_(std::move(other.node_)) {}
 
   const Mesh& mesh() const { return mesh_; }
@@ -136,15 +165,15 @@ class tensor {
   // tensor its own elements first (copy on write), so an op that keeps its
   // inputs for the gradient copies nothing, and a kept input never changes.
   // A pointer from them is valid for writing only until the tensor is copied.
-  auto local() { return backend::view(own()); }
-  auto local() const { return backend::view(shared()); }
-  T* data() { return backend::view(own()).data(); }
-  const T* data() const { return backend::view(shared()).data(); }
+  auto local() { return backend::span_of(space_type{}, data(), static_cast<std::size_t>(local_size())); }
+  auto local() const { return backend::span_of(space_type{}, data(), static_cast<std::size_t>(local_size())); }
+  T* data() { return own().data() + part_.offset; }
+  const T* data() const { return shared().data() + part_.offset; }
   // How many elements this device holds.
-  std::int64_t local_size() const { return local_ ? static_cast<std::int64_t>(local_->size()) : 0; }
+  std::int64_t local_size() const {
+    return !local_ ? 0 : part_.size >= 0 ? part_.size : static_cast<std::int64_t>(local_->size());
+  }
   static constexpr space_type space() { return {}; }
-  backend::storage<T, space_type>& storage() { return own(); }
-  const backend::storage<T, space_type>& storage() const { return shared(); }
 
   // The local slice as a region of itself, for box copies.
   backend::region<rank> local_region() const { return {slice_.extent, {}}; }
@@ -200,6 +229,7 @@ class tensor {
   using local_storage = backend::storage<T, space_type>;
   // Shared between copies until written; null where the device holds nothing.
   std::shared_ptr<local_storage> local_;
+  detail::local_part part_;
   std::shared_ptr<autodiff::node> node_;
 
   // Checked and placed on this device, with no elements yet.
@@ -220,14 +250,17 @@ class tensor {
     return local_ ? *local_ : none;
   }
   // This tensor's own elements: copied (by the kernel threads) from the ones
-  // it shares, if another tensor holds them too.
+  // it shares, if another tensor holds them too. A part it alone holds stays
+  // where it is.
   local_storage& own() {
     if (!local_) {
       local_ = std::make_shared<local_storage>();
     } else if (local_.use_count() > 1) {
-      auto mine = std::make_shared<local_storage>(local_->size());
-      backend::copy(space_type{}, local_->data(), mine->data(), static_cast<std::int64_t>(local_->size()));
+      const std::int64_t n = local_size();
+      auto mine = std::make_shared<local_storage>(static_cast<std::size_t>(n));
+      backend::copy(space_type{}, local_->data() + part_.offset, mine->data(), n);
       local_ = std::move(mine);
+      part_ = {};
     }
     return *local_;
   }
