@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <numeric>
 #include <chrono>
+#include <map>
 #include <set>
 #include <thread>
 #include <vector>
@@ -204,6 +205,36 @@ TEST(Plan, PiecesTileEveryTargetSliceOnceFromTheirSendersSlices) {
       }
       for (std::size_t e = 0; e < written.size(); ++e)
         ASSERT_EQ(written[e], 1) << "trial " << trial << ", device " << dst << ", element " << e;
+    }
+    // Replicas share the sending: the pieces that cross devices from one
+    // source block (its replicas hold the same slice), in plan order, come
+    // from each replica in one consecutive run, and every replica sends
+    // floor(n/r) or ceil(n/r) of the n.
+    std::map<std::vector<std::int64_t>, std::vector<int>> senders;  // by the block's slice
+    for (const auto& p : plan.pieces) {
+      if (p.from == p.to) continue;
+      std::vector<std::int64_t> key(p.source.begin.begin(), p.source.begin.end());
+      key.insert(key.end(), p.source.extent.begin(), p.source.extent.end());
+      senders[key].push_back(p.from);
+    }
+    for (const auto& [key, from] : senders) {
+      std::vector<int> replicas;
+      for (int d : da) {
+        const auto held = a.slice_at(s.sizes(), *a.coordinate_of(d));
+        std::vector<std::int64_t> k(held.begin.begin(), held.begin.end());
+        k.insert(k.end(), held.extent.begin(), held.extent.end());
+        if (k == key) replicas.push_back(d);
+      }
+      const std::size_t n = from.size(), r = replicas.size();
+      for (int d : replicas) {
+        const auto c = static_cast<std::size_t>(std::count(from.begin(), from.end(), d));
+        EXPECT_TRUE(c == n / r || c == (n + r - 1) / r) << "trial " << trial << ": replica " << d << " sends " << c << " of " << n;
+        if (c == 0) continue;
+        const auto first = std::find(from.begin(), from.end(), d);
+        const auto last = std::find(from.rbegin(), from.rend(), d).base();
+        EXPECT_EQ(std::count(first, last, d), last - first) << "trial " << trial << ": replica " << d << " sends in two runs";
+      }
+      if (HasFailure()) return;
     }
   }
 }
@@ -710,6 +741,20 @@ TEST(Shared, AKeptRunOfHalfTheSourceIsSharedNotCopied) {
       for (float& v : y.local()) v = -2;  // y is written, x stays
       expect_local(x, [&](auto i) { return h[i]; });
       expect_local(y, [](auto) { return -2.0f; });
+    });
+    // A target whose source is gone holds the elements alone: written in
+    // place, at its part of them.
+    launch(8, [&](device&) {
+      const auto first = typemesh::devices::first_half(8), second = typemesh::devices::second_half(8);
+      M1 stages({8}, evens_first ? typemesh::devices::interleave(first, second)
+                                 : typemesh::devices::interleave(second, first));
+      M2 evens({4}, first);
+      auto y = typemesh::replace_mesh<layout<d0(a0)>, typemesh::pipeline>(
+          typemesh::import_tensor<layout<d0(a0)>>(evens, h), stages);
+      const float* before = std::as_const(y).data();
+      for (float& v : y.local()) v = v + 1;
+      EXPECT_EQ(std::as_const(y).data(), before);
+      expect_local(y, [&](auto i) { return h[i] + 1; });
     });
   }
 }

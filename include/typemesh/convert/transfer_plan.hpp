@@ -8,8 +8,13 @@
 // device that holds it. The cells tile the target slice: every element of it
 // is written by exactly one piece, so the target needs no initial values. So a device receives only the elements it lacks, and
 // each of those once: the minimum traffic. When several source devices hold a
-// cell (replicas along axes that split nothing), the destinations take turns
-// among them, so the replicas share the sending.
+// cell (replicas along axes that split nothing), the replicas share the
+// sending: the destinations that take cells of one source block, in the new
+// mesh's order, are cut into as many consecutive runs as there are replicas,
+// and run k takes from replica k. Consecutive destinations mostly take
+// neighbouring cells, so each replica's copy is read in longer stretches
+// than if the destinations alternated (where memory is shared, that made
+// the transformer's 2r move 1.5x faster; docs/performance.md).
 //
 // The plan works on placements at run time (below), so it is compiled once
 // per tensor rank, not once per pair of layouts.
@@ -119,6 +124,16 @@ transfer_plan<Rank> make_transfer_plan(const std::array<std::int64_t, Rank>& sha
     }
   }
 
+  // Per source block, the pieces that take it from a replica, in destination
+  // order (sources chosen last), by the position in the source mesh of the
+  // block's first replica.
+  std::vector<std::vector<std::size_t>> takers(replicas > 1 ? a.devices.size() : 0);
+  auto position = [&](const std::vector<int>& c) {
+    std::size_t pos = 0;
+    for (std::size_t ax = 0; ax < a.sizes.size(); ++ax) pos = pos * a.sizes[ax] + c[ax];
+    return pos;
+  };
+
   for (std::size_t q = 0; q < b.devices.size(); ++q) {
     const int dst = b.devices[q];
     const auto want = b.slice_at(shape, *b.coordinate_of(dst));
@@ -153,17 +168,33 @@ transfer_plan<Rank> make_transfer_plan(const std::array<std::int64_t, Rank>& sha
       }
       if (held_here) {
         piece.from = dst;
-        src = *mine;
-      } else {
-        // On the replica axes: the replica whose turn it is.
-        for (int r = static_cast<int>(q % replicas), k = static_cast<int>(replica_axes.size()); k-- > 0;) {
-          src[replica_axes[k]] = r % a.sizes[replica_axes[k]];
-          r /= a.sizes[replica_axes[k]];
-        }
+        piece.source = a.slice_at(shape, *mine);
+      } else if (replicas == 1) {
         piece.from = a.device_at(src);
+        piece.source = a.slice_at(shape, src);
+      } else {
+        takers[position(src)].push_back(plan.pieces.size());  // src: replica axes at 0 so far
       }
-      piece.source = a.slice_at(shape, src);
       plan.pieces.push_back(piece);
+    }
+  }
+
+  // Run k of a block's takers takes it from replica k (row-major over the
+  // replica axes).
+  for (std::size_t block = 0; block < takers.size(); ++block) {
+    const auto& pieces = takers[block];
+    const std::size_t n = pieces.size();
+    std::vector<int> first(a.sizes.size());  // the block's first replica
+    for (std::size_t pos = block, ax = a.sizes.size(); ax-- > 0; pos /= a.sizes[ax]) first[ax] = static_cast<int>(pos % a.sizes[ax]);
+    for (std::size_t t = 0; t < n; ++t) {
+      std::vector<int> src = first;
+      for (int r = static_cast<int>(t * replicas / n), k = static_cast<int>(replica_axes.size()); k-- > 0;) {
+        src[replica_axes[k]] = r % a.sizes[replica_axes[k]];
+        r /= a.sizes[replica_axes[k]];
+      }
+      auto& piece = plan.pieces[pieces[t]];
+      piece.from = a.device_at(src);
+      piece.source = a.slice_at(shape, src);
     }
   }
   return plan;
