@@ -14,7 +14,7 @@
 // and run k takes from replica k. Consecutive destinations mostly take
 // neighbouring cells, so each replica's copy is read in longer stretches
 // than if the destinations alternated (where memory is shared, that made
-// the transformer's 2r move 1.5x faster; docs/performance.md).
+// the transformer's 2r move 1.2-1.9x faster; docs/performance.md).
 //
 // The plan works on placements at run time (below), so it is compiled once
 // per tensor rank, not once per pair of layouts.
