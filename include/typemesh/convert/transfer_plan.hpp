@@ -58,11 +58,13 @@ struct runtime_placement {
     return c;
   }
 
-  int device_at(const std::vector<int>& c) const {
-    int pos = 0;
+  // Where coordinate c is in the device list (row-major).
+  std::size_t position_at(const std::vector<int>& c) const {
+    std::size_t pos = 0;
     for (std::size_t a = 0; a < sizes.size(); ++a) pos = pos * sizes[a] + c[a];
-    return devices[pos];
+    return pos;
   }
+  int device_at(const std::vector<int>& c) const { return devices[position_at(c)]; }
 
   std::int64_t block(const std::array<std::int64_t, Rank>& shape, std::size_t dim) const {
     return axis_index[dim] < 0 ? shape[dim] : shape[dim] / sizes[axis_index[dim]];
@@ -125,13 +127,13 @@ transfer_plan<Rank> make_transfer_plan(const std::array<std::int64_t, Rank>& sha
   }
 
   // Per source block, the pieces that take it from a replica, in destination
-  // order (sources chosen last), by the position in the source mesh of the
-  // block's first replica.
+  // order (their sender is chosen last), by the position in the source mesh
+  // of the block's first replica.
   std::vector<std::vector<std::size_t>> takers(replicas > 1 ? a.devices.size() : 0);
-  auto position = [&](const std::vector<int>& c) {
-    std::size_t pos = 0;
-    for (std::size_t ax = 0; ax < a.sizes.size(); ++ax) pos = pos * a.sizes[ax] + c[ax];
-    return pos;
+  // The piece comes from the device at source coordinate c.
+  auto send_from = [&](transfer_piece<Rank>& piece, const std::vector<int>& c) {
+    piece.from = a.device_at(c);
+    piece.source = a.slice_at(shape, c);
   };
 
   for (std::size_t q = 0; q < b.devices.size(); ++q) {
@@ -167,13 +169,11 @@ transfer_plan<Rank> make_transfer_plan(const std::array<std::int64_t, Rank>& sha
         }
       }
       if (held_here) {
-        piece.from = dst;
-        piece.source = a.slice_at(shape, *mine);
+        send_from(piece, *mine);  // dst itself
       } else if (replicas == 1) {
-        piece.from = a.device_at(src);
-        piece.source = a.slice_at(shape, src);
+        send_from(piece, src);  // the only holder
       } else {
-        takers[position(src)].push_back(plan.pieces.size());  // src: replica axes at 0 so far
+        takers[a.position_at(src)].push_back(plan.pieces.size());  // src: replica axes at 0 so far
       }
       plan.pieces.push_back(piece);
     }
@@ -184,17 +184,15 @@ transfer_plan<Rank> make_transfer_plan(const std::array<std::int64_t, Rank>& sha
   for (std::size_t block = 0; block < takers.size(); ++block) {
     const auto& pieces = takers[block];
     const std::size_t n = pieces.size();
-    std::vector<int> first(a.sizes.size());  // the block's first replica
-    for (std::size_t pos = block, ax = a.sizes.size(); ax-- > 0; pos /= a.sizes[ax]) first[ax] = static_cast<int>(pos % a.sizes[ax]);
+    if (n == 0) continue;
+    const std::vector<int> first = *a.coordinate_of(a.devices[block]);  // the block's first replica
     for (std::size_t t = 0; t < n; ++t) {
       std::vector<int> src = first;
       for (int r = static_cast<int>(t * replicas / n), k = static_cast<int>(replica_axes.size()); k-- > 0;) {
         src[replica_axes[k]] = r % a.sizes[replica_axes[k]];
         r /= a.sizes[replica_axes[k]];
       }
-      auto& piece = plan.pieces[pieces[t]];
-      piece.from = a.device_at(src);
-      piece.source = a.slice_at(shape, src);
+      send_from(plan.pieces[pieces[t]], src);
     }
   }
   return plan;
