@@ -302,9 +302,10 @@ TEST(MpiSendRecv, BetweenTwoMeshesWithTagsAndLargeMessages) {
   for (int d = 0; d < half; ++d) EXPECT_EQ(mpi[d].first, (std::vector<double>{double(n - 1 - d), d + 0.5}));
 }
 
-// Messages of 4 KiB and more go without a copy when the receiver already
-// waits for them (a ready notice), else from a copy: both ways, in every
-// order, on tags and labelled, the same values and bytes as on host threads.
+// Messages of more than 4000 B go in pieces, and from 11992 B whole: without
+// a copy when the receiver already waits for them (a ready notice), else
+// from a copy. Every way, in every order, on tags and labelled, the same
+// values and bytes as on host threads.
 TEST(MpiSendRecv, LargeMessagesArriveWhetherOrNotTheReceiverWaits) {
   const int n = world_size();
   auto values = [](int from, int k, std::size_t size) {
@@ -312,8 +313,9 @@ TEST(MpiSendRecv, LargeMessagesArriveWhetherOrNotTheReceiverWaits) {
     for (std::size_t i = 0; i < size; ++i) v[i] = static_cast<float>(from * 1000003 + k * 7919 + static_cast<int>(i));
     return v;
   };
-  // Sizes across the 4 KiB line, and one small one among them.
-  const std::vector<std::size_t> sizes{1024, 1025, 3, 5000, 70'000, 1023};
+  // Sizes on both sides of each line (floats: 1000 is 4000 B, whole; 1001
+  // and 2997 go in two and three pieces; 2998 is 11992 B, whole again).
+  const std::vector<std::size_t> sizes{1024, 1025, 3, 5000, 70'000, 1023, 1000, 1001, 2997, 2998};
   auto body = [&](device& dev) {
     const int me = dev.id(), peer = me ^ 1;  // pairs (0 1) (2 3) ...
     const bool first = me % 2 == 0;
@@ -371,8 +373,8 @@ TEST(MpiSendRecv, LargeMessagesArriveWhetherOrNotTheReceiverWaits) {
 
 // A large receive that timed out had told its sender it was ready: the next
 // message goes to the next receive all the same. A message of the wrong
-// size is named with its size, also across 4 KiB (after the timeout), and
-// one larger than the receive is never written past its end.
+// size is named with its size, also across size classes (after the
+// timeout), and one larger than the receive is never written past its end.
 TEST(MpiFailures, LargeMessagesAfterAWithdrawnReceiveAndOfTheWrongSize) {
   const int n = world_size();
   launch({.devices = n, .timeout = 300ms}, [&](device& dev) {
@@ -384,7 +386,7 @@ TEST(MpiFailures, LargeMessagesAfterAWithdrawnReceiveAndOfTheWrongSize) {
       if (dev.id() == 0) std::this_thread::sleep_for(200ms);
       dev.barrier(mine);
     };
-    std::vector<float> first(2000, -1.0f), second(2000, -1.0f), sent(2000);
+    std::vector<float> first(4000, -1.0f), second(4000, -1.0f), sent(4000);  // 16000 B: whole, with a handshake
     std::iota(sent.begin(), sent.end(), 0.0f);
     if (dev.id() == 1) expect_error<typemesh::timeout_error>([&] { dev.recv<float>(0, first, 7); }, {"(tag 7) timed out"});
     meet_after_timeout();
@@ -392,36 +394,101 @@ TEST(MpiFailures, LargeMessagesAfterAWithdrawnReceiveAndOfTheWrongSize) {
     if (dev.id() == 1) {
       dev.recv<float>(0, second, 7);
       EXPECT_EQ(second, sent);
-      EXPECT_EQ(first, std::vector<float>(2000, -1.0f));
+      EXPECT_EQ(first, std::vector<float>(4000, -1.0f));
     }
     dev.barrier(mine);
-    std::vector<float> fewer(1500), more(3000);
+    std::vector<float> fewer(3000), more(6000);
     if (dev.id() == 0) dev.send<float>(1, fewer, 8);
     if (dev.id() == 1) {
       expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, second, 8); },
-                                               {"device 1 expects 2000 f32 from device 0 (tag 8)", "holds 6000 bytes"});
+                                               {"device 1 expects 4000 f32 from device 0 (tag 8)", "holds 12000 bytes"});
     }
     dev.barrier(mine);
     if (dev.id() == 0) dev.send<float>(1, more, 8);
     if (dev.id() == 1) {
       expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, second, 8); },
-                                               {"device 1 expects 2000 f32 from device 0 (tag 8)", "holds 12000 bytes (3000 f32)"});
+                                               {"device 1 expects 4000 f32 from device 0 (tag 8)", "holds 24000 bytes (6000 f32)"});
     }
     dev.barrier(mine);
-    // Across 4 KiB: found once no message of the expected size came.
+    // Across size classes: found once no message of the expected size came.
     std::vector<float> small(3);
     if (dev.id() == 0) dev.send<float>(1, sent, 9);
     if (dev.id() == 1) {
       expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, small, 9); },
-                                               {"device 1 expects 3 f32 from device 0 (tag 9)", "holds 8000 bytes (2000 f32)"});
+                                               {"device 1 expects 3 f32 from device 0 (tag 9)", "holds 16000 bytes (4000 f32)"});
     }
     meet_after_timeout();
     if (dev.id() == 0) dev.send<float>(1, small, 9);
     if (dev.id() == 1) {
       expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, second, 9); },
-                                               {"device 1 expects 2000 f32 from device 0 (tag 9)", "holds 12 bytes (3 f32)"});
+                                               {"device 1 expects 4000 f32 from device 0 (tag 9)", "holds 12 bytes (3 f32)"});
     }
     meet_after_timeout();
+  });
+}
+
+// A message sent in pieces (more than 4000 B, less than 11992 B) whose
+// receiver expects another size is taken whole, every piece of it, and
+// named with its size; the next message then arrives intact. Between size
+// classes too: a message in pieces where a small one is expected, and the
+// other way round, and a large one where pieces are expected.
+TEST(MpiFailures, MessagesInPiecesOfTheWrongSizeAreTakenWholeAndNamed) {
+  const int n = world_size();
+  launch({.devices = n, .timeout = 300ms}, [&](device& dev) {
+    const group pair{{0, 1}, "pair"};
+    const group mine = pair.index_of(dev.id()) >= 0 ? pair : group{{dev.id()}, "alone"};
+    auto meet_after_timeout = [&] {
+      if (dev.id() == 0) std::this_thread::sleep_for(200ms);
+      dev.barrier(mine);
+    };
+    auto numbered = [](std::size_t size, float from) {
+      std::vector<float> v(size);
+      std::iota(v.begin(), v.end(), from);
+      return v;
+    };
+    // Sent, expected, and what the error names: within the class of pieces,
+    // two pieces where three are expected and three where two are.
+    const std::array<std::array<std::size_t, 2>, 2> wrong{{{1500, 2000}, {2900, 1200}}};
+    for (const auto& [size, expected] : wrong) {
+      SCOPED_TRACE(size);
+      if (dev.id() == 0) {
+        auto wrong_one = numbered(size, 0.0f), right_one = numbered(expected, 1.0f);
+        dev.send<float>(1, wrong_one, 8);
+        dev.send<float>(1, right_one, 8);
+      }
+      if (dev.id() == 1) {
+        std::vector<float> got(expected, -1.0f);
+        expect_error<typemesh::collective_error>(
+            [&] { dev.recv<float>(0, got, 8); },
+            {typemesh::detail::cat("device 1 expects ", expected, " f32 from device 0 (tag 8)"),
+             typemesh::detail::cat("holds ", size * 4, " bytes (", size, " f32)")});
+        dev.recv<float>(0, got, 8);
+        EXPECT_EQ(got, numbered(expected, 1.0f));
+      }
+      dev.barrier(mine);
+    }
+    // Between classes: the receive waits out the timeout, then takes what came.
+    const std::array<std::array<std::size_t, 2>, 3> across{{{2000, 3}, {3, 2000}, {4000, 2000}}};
+    for (const auto& [size, expected] : across) {
+      SCOPED_TRACE(size);
+      auto wrong_one = numbered(size, 0.0f), right_one = numbered(expected, 2.0f);
+      if (dev.id() == 0) dev.send<float>(1, wrong_one, 9);
+      if (dev.id() == 1) {
+        std::vector<float> got(expected, -1.0f);
+        expect_error<typemesh::collective_error>(
+            [&] { dev.recv<float>(0, got, 9); },
+            {typemesh::detail::cat("device 1 expects ", expected, " f32 from device 0 (tag 9)"),
+             typemesh::detail::cat("holds ", size * 4, " bytes (", size, " f32)")});
+      }
+      meet_after_timeout();
+      if (dev.id() == 0) dev.send<float>(1, right_one, 9);
+      if (dev.id() == 1) {
+        std::vector<float> got(expected, -1.0f);
+        dev.recv<float>(0, got, 9);
+        EXPECT_EQ(got, right_one);
+      }
+      dev.barrier(mine);
+    }
   });
 }
 

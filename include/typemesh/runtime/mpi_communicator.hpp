@@ -19,13 +19,15 @@
 // set-up costs more than moving a kilobyte.
 //
 // Point to point, send returns at once (as on host threads: no order of
-// devices can deadlock), so it copies the message before MPI_Isend. From
-// direct_bytes on, where MPI needs a handshake anyway, a message skips that
-// copy when its receiver is already waiting for it: a recv of that size
-// tells the sender so with a small ready notice while it looks for the
-// message, and a send that finds the notice (or sees it arrive within about
-// what the copy would cost) sends from the caller's memory and waits for
-// MPI to finish with it. Which way a message went never changes what
+// devices can deadlock), so it copies the message before MPI_Isend. Past
+// the eager limit of MPI's shared-memory transport (eager_bytes) MPI hands
+// a message over with a handshake; up to direct_bytes the message goes as
+// two or three pieces below that limit instead (send_pieces). From
+// direct_bytes on a message skips the copy when its receiver is already
+// waiting for it: a recv of that size tells the sender so with a small
+// ready notice while it looks for the message, and a send that finds the
+// notice (or sees it arrive within about what the copy would cost) sends
+// from the caller's memory and waits for MPI to finish with it. Which way a message went never changes what
 // arrives.
 //
 // Nothing waits forever: every wait polls its request until the launch
@@ -110,8 +112,8 @@ class mpi_state {
   mpi_state(MPI_Comm world, std::chrono::milliseconds timeout) : timeout_(timeout) {
     // All at once: each duplication is a collective round, and a program
     // may launch many times.
-    MPI_Comm* const comms[] = {&world_,    &everyone_, &labelled_,       &large_world_,
-                               &large_labelled_, &notices_, &ready_, &labelled_ready_};
+    MPI_Comm* const comms[] = {&world_,          &everyone_, &labelled_, &pieces_world_,  &pieces_labelled_,
+                               &large_world_,    &large_labelled_, &notices_, &ready_, &labelled_ready_};
     MPI_Request dups[std::size(comms)];
     for (std::size_t i = 0; i < std::size(comms); ++i) check(MPI_Comm_idup(world, comms[i], &dups[i]), "MPI_Comm_idup");
     check(MPI_Waitall(static_cast<int>(std::size(comms)), dups, MPI_STATUSES_IGNORE), "MPI_Comm_idup");
@@ -143,8 +145,11 @@ class mpi_state {
     MPI_Finalized(&finalized);
     if (finalized) return;
     for (auto& s : sends_) {  // only left after a failure: finish() drains them
-      MPI_Cancel(&s.request);
-      MPI_Request_free(&s.request);
+      for (auto& r : s.requests) {
+        if (r == MPI_REQUEST_NULL) continue;
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+      }
     }
     for (auto& r : notice_sends_) {
       if (r != MPI_REQUEST_NULL) {
@@ -159,6 +164,8 @@ class mpi_state {
     MPI_Comm_free(&everyone_);
     MPI_Comm_free(&large_labelled_);
     MPI_Comm_free(&large_world_);
+    MPI_Comm_free(&pieces_labelled_);
+    MPI_Comm_free(&pieces_world_);
     MPI_Comm_free(&labelled_);
     MPI_Comm_free(&world_);
   }
@@ -170,11 +177,15 @@ class mpi_state {
   MPI_Comm world() const { return world_; }
   // Where messages of a tag and size go: program tags on world(), labelled
   // messages (detail::labelled_tag) on a communicator of their own, as MPI
-  // tag 0; and from direct_bytes on, each on another one, so that a receive
-  // posted for fewer bytes never meets such a message (see recv_large).
+  // tag 0; messages sent in pieces (more than eager_bytes) and from
+  // direct_bytes on each on others again, so that a receive posted for
+  // fewer bytes never meets a large message (see recv_large) and pieces
+  // never meet whole messages.
   MPI_Comm comm_of(int tag, std::size_t bytes) const {
-    if (tag == detail::labelled_tag) return bytes >= direct_bytes ? large_labelled_ : labelled_;
-    return bytes >= direct_bytes ? large_world_ : world_;
+    const bool labelled = tag == detail::labelled_tag;
+    if (bytes >= direct_bytes) return labelled ? large_labelled_ : large_world_;
+    if (bytes > eager_bytes) return labelled ? pieces_labelled_ : pieces_world_;
+    return labelled ? labelled_ : world_;
   }
   static int mpi_tag(int tag) { return tag == detail::labelled_tag ? 0 : tag; }
   std::chrono::milliseconds timeout() const { return timeout_; }
@@ -210,10 +221,11 @@ class mpi_state {
   }
 
   // Polls `request` until it completes (true) or the timeout passes (false).
-  bool wait(MPI_Request& request, std::chrono::steady_clock::time_point deadline) {
+  bool wait(MPI_Request& request, std::chrono::steady_clock::time_point deadline) { return wait(&request, 1, deadline); }
+  bool wait(MPI_Request* requests, int count, std::chrono::steady_clock::time_point deadline) {
     return poll_until(deadline, [&] {
       int done = 0;
-      check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      check(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
       return done != 0;
     });
   }
@@ -274,18 +286,68 @@ class mpi_state {
     return requests_.data();
   }
 
-  // From this many bytes a message is past the eager limit of Open MPI's
-  // shared-memory transport (4 KiB with its header), so MPI hands it over
-  // with a handshake, and a ready notice costs little beside it. Below, a
-  // copy costs less than the notice would.
-  static constexpr std::size_t direct_bytes = 4096;
+  // The largest message that Open MPI's shared-memory transport sends at
+  // once: its eager limit (4 KiB) less its header (4000 B went at once,
+  // 4064 B waited for the receiver's handshake). Larger messages MPI hands
+  // over with a handshake, which costs as much again as the transfer up to
+  // about 10 KiB.
+  static constexpr std::size_t eager_bytes = 4000;
+  // A message of more than eager_bytes and fewer than direct_bytes goes as
+  // eager pieces (send_pieces), the first led by the message's size.
+  static constexpr std::size_t piece_header_bytes = sizeof(std::uint64_t);
+  static constexpr std::size_t max_pieces = 3;
+  // From this many bytes a message goes whole, with MPI's handshake, and a
+  // ready notice costs little beside it (post). Below, pieces cost less.
+  static constexpr std::size_t direct_bytes = max_pieces * eager_bytes - piece_header_bytes;
 
-  // Sends the message: straight from `in` when its receiver is ready
-  // (receiver_ready), else from a copy that is kept alive until MPI has
-  // sent it. Returns once `in` may change.
+  // The pieces of a message of `bytes` (more than eager_bytes): its size
+  // and the message, cut into the fewest runs of at most eager_bytes, of
+  // equal length give or take a byte. Piece i starts at piece_start(bytes, i).
+  static std::size_t pieces_of(std::size_t bytes) { return (piece_header_bytes + bytes + eager_bytes - 1) / eager_bytes; }
+  static std::size_t piece_start(std::size_t bytes, std::size_t i) {
+    return (piece_header_bytes + bytes) * i / pieces_of(bytes);
+  }
+
+  // Takes `count` more pieces of a message from `from` (MPI tag `mpi_tag`
+  // on `comm`) into scratch memory: the rest of one that is not received
+  // (its size was wrong, or nobody took it). They were sent before the
+  // first piece came, so only a failing sender keeps them past the timeout.
+  void take_pieces(int from, int mpi_tag, MPI_Comm comm, std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i) {
+      MPI_Request request = MPI_REQUEST_NULL;
+      check(MPI_Irecv(scratch(eager_bytes), static_cast<int>(eager_bytes), MPI_BYTE, from, mpi_tag, comm, &request),
+            "MPI_Irecv");
+      if (!wait(request, deadline())) {
+        MPI_Cancel(&request);
+        MPI_Request_free(&request);
+        throw timeout_error(detail::cat("device ", rank_, ": the rest of a message from device ", from,
+                                        " sent in pieces did not arrive within ", timeout_.count(), " ms"));
+      }
+      ++received_from_[from];
+    }
+  }
+
+  // `got` bytes at `first` came from `from` (MPI tag `mpi_tag`) on `comm`, a
+  // communicator of pieces, as the first piece of a message that will not
+  // be received: takes its other pieces and returns its size (`got` when
+  // they do not start a message).
+  std::size_t take_rest_of_message(int from, int mpi_tag, MPI_Comm comm, const void* first, std::size_t got) {
+    if (got < piece_header_bytes) return got;
+    std::uint64_t size = 0;
+    std::memcpy(&size, first, piece_header_bytes);
+    if (size <= eager_bytes || size >= direct_bytes) return got;
+    take_pieces(from, mpi_tag, comm, pieces_of(size) - 1);
+    return static_cast<std::size_t>(size);
+  }
+
+  // Sends the message: in pieces when it is more than eager_bytes and less
+  // than direct_bytes (send_pieces); else straight from `in` when its
+  // receiver is ready (receiver_ready), or from a copy that is kept alive
+  // until MPI has sent it. Returns once `in` may change.
   void post(int to, const void* in, std::size_t count, dtype t, int tag) {
     progress_sends();
     const std::size_t bytes = count * size_of(t);
+    if (bytes > eager_bytes && bytes < direct_bytes) return send_pieces(to, tag, in, bytes);
     ++sent_to_[to];
     if (bytes >= direct_bytes && receiver_ready(to, tag, bytes)) {
       MPI_Request request = MPI_REQUEST_NULL;
@@ -360,7 +422,7 @@ class mpi_state {
     std::vector<std::string> lines;
     for (int j = 0; j < size_; ++j) {
       if (j == rank_) continue;
-      for (std::uint64_t k = received_from_[j]; k < theirs[3 * j]; ++k) lines.push_back(take_leftover(j));
+      while (received_from_[j] < theirs[3 * j]) lines.push_back(take_leftover(j));
       // Ready notices no send looked at (its message went before the
       // notice came, or was the last): dropped, they carry no data.
       for (std::uint64_t k = readies_from_[j]; k < theirs[3 * j + 2]; ++k) drop_ready(j);
@@ -392,7 +454,7 @@ class mpi_state {
   void finish() {
     const auto until = deadline();
     for (auto& s : sends_) {
-      if (!wait(s.request, until)) {
+      if (!wait(s.requests.data(), static_cast<int>(s.requests.size()), until)) {
         throw timeout_error(detail::cat("send from device ", rank_, " to device ", s.to, " (", detail::describe_tag(s.tag),
                                         ") was not received within ", timeout_.count(), " ms"));
       }
@@ -420,7 +482,7 @@ class mpi_state {
     MPI_Status status;
     MPI_Comm comm = MPI_COMM_NULL;
     const bool found = poll_until(deadline(), [&] {
-      for (MPI_Comm c : {labelled_, world_, large_labelled_, large_world_}) {
+      for (MPI_Comm c : {labelled_, world_, pieces_labelled_, pieces_world_, large_labelled_, large_world_}) {
         int flag = 0;
         check(MPI_Improbe(from, MPI_ANY_TAG, c, &flag, &message, &status), "MPI_Improbe");
         if (flag) {
@@ -436,6 +498,9 @@ class mpi_state {
     std::vector<std::uint8_t> data(std::max(bytes, 1));
     MPI_Mrecv(data.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
     ++received_from_[from];
+    if (comm == pieces_labelled_ || comm == pieces_world_) {
+      bytes = static_cast<int>(take_rest_of_message(from, status.MPI_TAG, comm, data.data(), static_cast<std::size_t>(bytes)));
+    }
     if (comm == labelled_ && static_cast<std::size_t>(bytes) == detail::message_label::bytes) {
       const auto label = detail::message_label::decode(data.data());
       return detail::cat("device ", from, " sent device ", rank_, " ", label.count, " ", name_of(label.type), " of ",
@@ -443,7 +508,7 @@ class mpi_state {
                          "), which device ", rank_, " never received");
     }
     return detail::cat("device ", from, " sent device ", rank_, " ", bytes, " bytes (",
-                       comm == labelled_ || comm == large_labelled_ ? std::string("labelled")
+                       comm == labelled_ || comm == pieces_labelled_ || comm == large_labelled_ ? std::string("labelled")
                                                                     : detail::cat("tag ", status.MPI_TAG),
                        "), which device ", rank_, " never received");
   }
@@ -494,10 +559,33 @@ class mpi_state {
   // alive until MPI has sent it.
   void send_copy(int to, int tag, const void* in, std::size_t count, dtype t, MPI_Comm comm) {
     const std::size_t bytes = count * size_of(t);
-    pending_send s{to, tag, std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1), MPI_REQUEST_NULL};
+    pending_send s{to, tag, std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1)};
     if (bytes) std::memcpy(s.data.get(), in, bytes);
-    check(MPI_Isend(s.data.get(), mpi_count(count), detail::mpi_datatype(t), to, mpi_tag(tag), comm, &s.request),
+    check(MPI_Isend(s.data.get(), mpi_count(count), detail::mpi_datatype(t), to, mpi_tag(tag), comm, &s.requests[0]),
           "MPI_Isend");
+    sends_.push_back(std::move(s));
+  }
+
+  // Sends `bytes` at `in` (more than eager_bytes, less than direct_bytes)
+  // to `to` as pieces small enough for MPI to send each at once, without
+  // the handshake that one message of that size waits for: its size
+  // (piece_header_bytes) and the bytes, from one copy, cut every
+  // eager_bytes. The receiver learns the size from the first piece, so a
+  // receive of another size takes exactly the pieces sent (recv_pieces).
+  void send_pieces(int to, int tag, const void* in, std::size_t bytes) {
+    const std::size_t total = piece_header_bytes + bytes;
+    const std::uint64_t size = bytes;
+    pending_send s{to, tag, std::make_unique_for_overwrite<std::byte[]>(total)};
+    std::memcpy(s.data.get(), &size, piece_header_bytes);
+    std::memcpy(s.data.get() + piece_header_bytes, in, bytes);
+    const MPI_Comm comm = comm_of(tag, bytes);
+    for (std::size_t i = 0; i < pieces_of(bytes); ++i) {
+      const std::size_t at = piece_start(bytes, i);
+      check(MPI_Isend(s.data.get() + at, static_cast<int>(piece_start(bytes, i + 1) - at), MPI_BYTE, to, mpi_tag(tag),
+                      comm, &s.requests[i]),
+            "MPI_Isend");
+      ++sent_to_[to];
+    }
     sends_.push_back(std::move(s));
   }
 
@@ -506,19 +594,27 @@ class mpi_state {
   struct pending_send {
     int to = 0, tag = 0;
     std::unique_ptr<std::byte[]> data;
-    MPI_Request request = MPI_REQUEST_NULL;
+    std::array<MPI_Request, max_pieces> requests = filled(MPI_REQUEST_NULL);  // one, or one per piece
+
+    static std::array<MPI_Request, max_pieces> filled(MPI_Request r) {
+      std::array<MPI_Request, max_pieces> a;
+      a.fill(r);
+      return a;
+    }
   };
 
   void progress_sends() {
     std::erase_if(sends_, [&](pending_send& s) {
       int done = 0;
-      check(MPI_Test(&s.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      check(MPI_Testall(static_cast<int>(s.requests.size()), s.requests.data(), &done, MPI_STATUSES_IGNORE),
+            "MPI_Testall");
       return done != 0;
     });
   }
 
   std::chrono::milliseconds timeout_;
   MPI_Comm world_ = MPI_COMM_NULL, everyone_ = MPI_COMM_NULL, labelled_ = MPI_COMM_NULL;
+  MPI_Comm pieces_world_ = MPI_COMM_NULL, pieces_labelled_ = MPI_COMM_NULL;  // messages sent in pieces
   MPI_Comm large_world_ = MPI_COMM_NULL, large_labelled_ = MPI_COMM_NULL;  // messages of direct_bytes or more
   int rank_ = 0, size_ = 0, ranks_on_node_ = 1, rank_on_node_ = 0;
   bool oversubscribed_ = false;
@@ -671,20 +767,50 @@ class mpi_communicator {
     s_->post(to, in, n, t, tag);
   }
 
-  // Below direct_bytes the receive is posted at once, so the message lands
+  // Up to eager_bytes the receive is posted at once, so the message lands
   // in `out` without a stop in MPI's queue of unexpected messages (a copy);
   // a receive that times out or whose sender has finished is cancelled.
-  // From direct_bytes on it is found first (recv_large).
+  // Below direct_bytes the message comes in pieces (recv_pieces); from
+  // there on it is found first (recv_large).
   void recv(int from, void* out, std::size_t n, dtype t, int tag) {
     check_tag(tag);
     const std::size_t expected = n * size_of(t);
     if (expected >= mpi_state::direct_bytes) return recv_large(from, out, n, t, tag);
+    if (expected > mpi_state::eager_bytes) return recv_pieces(from, out, n, t, tag);
+    bool truncated = false;
+    const std::size_t bytes = receive_posted(from, out, count(n), detail::mpi_datatype(t), n, t, tag, truncated);
+    s_->count_received(from, tag, expected);
+    if (truncated) throw wrong_size(from, n, t, tag, detail::cat("more than ", expected, " bytes"));
+    if (bytes != expected) throw wrong_size(from, n, t, tag, static_cast<int>(bytes));
+  }
+
+  // A labelled message's data is coming (its label first): the ready notice
+  // goes out now, so it travels while the label does, and recv_large does
+  // not send another.
+  void expect(int from, std::size_t n, dtype t, int tag) {
+    announced_.reset();
+    if (n * size_of(t) < mpi_state::direct_bytes) return;
+    s_->announce_ready(from, tag);
+    announced_ = std::pair{from, tag};
+  }
+
+  void barrier(const group& g) {
+    collective("barrier", g, [&](MPI_Comm c, MPI_Request* r) { return MPI_Ibarrier(c, r); });
+  }
+
+ private:
+  // Posts a receive of up to `capacity` elements of `type` into `out` on the
+  // communicator of a message of n elements of t on `tag`, and waits for
+  // it: returns the bytes that came, or sets `truncated` when more came. A
+  // receive that times out, or whose sender has finished, is cancelled and
+  // named (nothing_received).
+  std::size_t receive_posted(int from, void* out, int capacity, MPI_Datatype type, std::size_t n, dtype t, int tag,
+                             bool& truncated) {
     MPI_Request request = MPI_REQUEST_NULL;
-    s_->check(MPI_Irecv(out, count(n), detail::mpi_datatype(t), from, mpi_state::mpi_tag(tag),
-                        s_->comm_of(tag, expected), &request),
+    s_->check(MPI_Irecv(out, capacity, type, from, mpi_state::mpi_tag(tag), s_->comm_of(tag, n * size_of(t)), &request),
               "MPI_Irecv");
     MPI_Status status;
-    bool truncated = false;
+    truncated = false;
     auto done = [&] {
       int flag = 0;
       const int rc = MPI_Test(&request, &flag, &status);
@@ -704,33 +830,65 @@ class mpi_communicator {
       MPI_Cancel(&request);
       int cancelled = 1;
       if (s_->poll_for(s_->timeout(), done)) {
-        if (truncated) cancelled = 0;  // it came, too large: named below
+        if (truncated) cancelled = 0;  // it came, too large: named by the caller
         else MPI_Test_cancelled(&status, &cancelled);
       }
       if (cancelled) nothing_received(from, n, t, tag, sender_finished);
     }
-    s_->count_received(from, tag, expected);
     int bytes = 0;
     if (!truncated) MPI_Get_count(&status, MPI_BYTE, &bytes);
-    if (truncated) throw wrong_size(from, n, t, tag, detail::cat("more than ", expected, " bytes"));
-    if (static_cast<std::size_t>(bytes) != expected) throw wrong_size(from, n, t, tag, bytes);
+    return static_cast<std::size_t>(bytes);
   }
 
-  // A labelled message's data is coming (its label first): the ready notice
-  // goes out now, so it travels while the label does, and recv_large does
-  // not send another.
-  void expect(int from, std::size_t n, dtype t, int tag) {
-    announced_.reset();
-    if (n * size_of(t) < mpi_state::direct_bytes) return;
-    s_->announce_ready(from, tag);
-    announced_ = std::pair{from, tag};
+  // A message of more than eager_bytes and less than direct_bytes comes in
+  // pieces (mpi_state::send_pieces). The first, led by the message's size,
+  // is taken into scratch memory; when the size is right its bytes are
+  // copied into `out` and the other pieces received straight after them.
+  // A message of another size is taken whole, every piece of it, and named.
+  void recv_pieces(int from, void* out, std::size_t n, dtype t, int tag) {
+    constexpr std::size_t header = mpi_state::piece_header_bytes, piece = mpi_state::eager_bytes;
+    const std::size_t expected = n * size_of(t);
+    std::byte* first = s_->scratch(piece);
+    bool truncated = false;
+    const std::size_t got = receive_posted(from, first, static_cast<int>(piece), MPI_BYTE, n, t, tag, truncated);
+    s_->count_received(from, tag, expected);
+    std::uint64_t size = 0;
+    if (!truncated && got >= header) std::memcpy(&size, first, header);
+    if (truncated || size <= piece || size >= mpi_state::direct_bytes || got != mpi_state::piece_start(size, 1)) {
+      // Pieces are taken whole and in order, so this is not the first one
+      // of a message: only a broken sender gets here.
+      throw wrong_size(from, n, t, tag, "a piece that does not start a message");
+    }
+    const MPI_Comm comm = s_->comm_of(tag, expected);
+    if (size != expected) {
+      s_->take_pieces(from, mpi_state::mpi_tag(tag), comm, mpi_state::pieces_of(size) - 1);
+      throw wrong_size(from, n, t, tag, static_cast<int>(size));
+    }
+    std::memcpy(out, first + header, got - header);
+    // The other pieces, straight into `out`.
+    const std::size_t rest = mpi_state::pieces_of(expected) - 1;
+    std::array<MPI_Request, mpi_state::max_pieces> requests;
+    requests.fill(MPI_REQUEST_NULL);
+    for (std::size_t i = 0; i < rest; ++i) {
+      const std::size_t at = mpi_state::piece_start(expected, i + 1);
+      s_->check(MPI_Irecv(static_cast<std::byte*>(out) + (at - header),
+                          static_cast<int>(mpi_state::piece_start(expected, i + 2) - at), MPI_BYTE, from,
+                          mpi_state::mpi_tag(tag), comm, &requests[i]),
+                "MPI_Irecv");
+    }
+    if (!s_->wait_all(requests.data(), static_cast<int>(rest), s_->timeout())) {
+      for (std::size_t i = 0; i < rest; ++i) {
+        if (requests[i] == MPI_REQUEST_NULL) continue;
+        MPI_Cancel(&requests[i]);
+        MPI_Request_free(&requests[i]);
+      }
+      throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (", detail::describe_tag(tag),
+                                      "): the first piece of the message came but the rest did not arrive within ",
+                                      s_->timeout().count(), " ms"));
+    }
+    for (std::size_t i = 0; i < rest; ++i) s_->count_received(from, tag, expected);
   }
 
-  void barrier(const group& g) {
-    collective("barrier", g, [&](MPI_Comm c, MPI_Request* r) { return MPI_Ibarrier(c, r); });
-  }
-
- private:
   // A message of direct_bytes or more passes MPI's eager limit, so MPI hands
   // it over with a handshake and finding it before receiving costs nothing
   // (the data still moves once, straight into `out`). Its size is then
@@ -797,23 +955,27 @@ class mpi_communicator {
   }
 
   // No message of n elements of t came: its sender has returned from the
-  // program, or the timeout passed. A message of the other size class (see
+  // program, or the timeout passed. A message of another size class (see
   // comm_of) is taken and named, as one of the wrong size.
   [[noreturn]] void nothing_received(int from, std::size_t n, dtype t, int tag, bool sender_finished) const {
-    const bool large = n * size_of(t) >= mpi_state::direct_bytes;
-    int found = 0;
-    MPI_Message message = MPI_MESSAGE_NULL;
-    MPI_Status status;
-    s_->check(MPI_Improbe(from, mpi_state::mpi_tag(tag), s_->comm_of(tag, large ? 0 : mpi_state::direct_bytes), &found,
-                          &message, &status),
-              "MPI_Improbe");
-    if (found) {
-      int bytes = 0;
-      MPI_Get_count(&status, MPI_BYTE, &bytes);
-      s_->check(MPI_Mrecv(s_->scratch(static_cast<std::size_t>(bytes)), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE),
-                "MPI_Mrecv");
+    const MPI_Comm own = s_->comm_of(tag, n * size_of(t));
+    // One size of each class: whole and small, in pieces, whole and large.
+    for (std::size_t bytes : {std::size_t(0), mpi_state::eager_bytes + 1, mpi_state::direct_bytes}) {
+      const MPI_Comm comm = s_->comm_of(tag, bytes);
+      if (comm == own) continue;
+      int found = 0;
+      MPI_Message message = MPI_MESSAGE_NULL;
+      MPI_Status status;
+      s_->check(MPI_Improbe(from, mpi_state::mpi_tag(tag), comm, &found, &message, &status), "MPI_Improbe");
+      if (!found) continue;
+      int got = 0;
+      MPI_Get_count(&status, MPI_BYTE, &got);
+      std::byte* data = s_->scratch(static_cast<std::size_t>(got));
+      s_->check(MPI_Mrecv(data, got, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
       s_->count_received(from, tag, n * size_of(t));
-      throw wrong_size(from, n, t, tag, bytes);
+      std::size_t size = static_cast<std::size_t>(got);
+      if (bytes == mpi_state::eager_bytes + 1) size = s_->take_rest_of_message(from, mpi_state::mpi_tag(tag), comm, data, size);
+      throw wrong_size(from, n, t, tag, static_cast<int>(size));
     }
     if (sender_finished) {
       throw collective_error(detail::cat("recv on device ", device(), " from device ", from, " (",
