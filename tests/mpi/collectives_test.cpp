@@ -371,6 +371,21 @@ TEST(MpiSendRecv, LargeMessagesArriveWhetherOrNotTheReceiverWaits) {
   EXPECT_EQ(host, mpi);
 }
 
+// Devices 0 and 1 as a pair (every other device on its own) for the
+// failure tests: they meet at a barrier, or after device 1 has waited out a
+// receive's timeout, with device 0 late enough not to time out itself.
+struct pair_0_1 {
+  device& dev;
+  group mine;
+  explicit pair_0_1(device& d)
+      : dev(d), mine(d.id() <= 1 ? group{{0, 1}, "pair"} : group{{d.id()}, "alone"}) {}
+  void meet() { dev.barrier(mine); }
+  void meet_after_timeout() {
+    if (dev.id() == 0) std::this_thread::sleep_for(200ms);
+    dev.barrier(mine);
+  }
+};
+
 // A large receive that timed out had told its sender it was ready: the next
 // message goes to the next receive all the same. A message of the wrong
 // size is named with its size, also across size classes (after the
@@ -378,38 +393,31 @@ TEST(MpiSendRecv, LargeMessagesArriveWhetherOrNotTheReceiverWaits) {
 TEST(MpiFailures, LargeMessagesAfterAWithdrawnReceiveAndOfTheWrongSize) {
   const int n = world_size();
   launch({.devices = n, .timeout = 300ms}, [&](device& dev) {
-    const group pair{{0, 1}, "pair"};
-    const group mine = pair.index_of(dev.id()) >= 0 ? pair : group{{dev.id()}, "alone"};
-    // After device 1 waited out the timeout: device 0 comes late enough not
-    // to time out itself.
-    auto meet_after_timeout = [&] {
-      if (dev.id() == 0) std::this_thread::sleep_for(200ms);
-      dev.barrier(mine);
-    };
+    pair_0_1 pair(dev);
     std::vector<float> first(4000, -1.0f), second(4000, -1.0f), sent(4000);  // 16000 B: whole, with a handshake
     std::iota(sent.begin(), sent.end(), 0.0f);
     if (dev.id() == 1) expect_error<typemesh::timeout_error>([&] { dev.recv<float>(0, first, 7); }, {"(tag 7) timed out"});
-    meet_after_timeout();
+    pair.meet_after_timeout();
     if (dev.id() == 0) dev.send<float>(1, sent, 7);
     if (dev.id() == 1) {
       dev.recv<float>(0, second, 7);
       EXPECT_EQ(second, sent);
       EXPECT_EQ(first, std::vector<float>(4000, -1.0f));
     }
-    dev.barrier(mine);
+    pair.meet();
     std::vector<float> fewer(3000), more(6000);
     if (dev.id() == 0) dev.send<float>(1, fewer, 8);
     if (dev.id() == 1) {
       expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, second, 8); },
                                                {"device 1 expects 4000 f32 from device 0 (tag 8)", "holds 12000 bytes"});
     }
-    dev.barrier(mine);
+    pair.meet();
     if (dev.id() == 0) dev.send<float>(1, more, 8);
     if (dev.id() == 1) {
       expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, second, 8); },
                                                {"device 1 expects 4000 f32 from device 0 (tag 8)", "holds 24000 bytes (6000 f32)"});
     }
-    dev.barrier(mine);
+    pair.meet();
     // Across size classes: found once no message of the expected size came.
     std::vector<float> small(3);
     if (dev.id() == 0) dev.send<float>(1, sent, 9);
@@ -417,13 +425,13 @@ TEST(MpiFailures, LargeMessagesAfterAWithdrawnReceiveAndOfTheWrongSize) {
       expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, small, 9); },
                                                {"device 1 expects 3 f32 from device 0 (tag 9)", "holds 16000 bytes (4000 f32)"});
     }
-    meet_after_timeout();
+    pair.meet_after_timeout();
     if (dev.id() == 0) dev.send<float>(1, small, 9);
     if (dev.id() == 1) {
       expect_error<typemesh::collective_error>([&] { dev.recv<float>(0, second, 9); },
                                                {"device 1 expects 4000 f32 from device 0 (tag 9)", "holds 12 bytes (3 f32)"});
     }
-    meet_after_timeout();
+    pair.meet_after_timeout();
   });
 }
 
@@ -435,12 +443,7 @@ TEST(MpiFailures, LargeMessagesAfterAWithdrawnReceiveAndOfTheWrongSize) {
 TEST(MpiFailures, MessagesInPiecesOfTheWrongSizeAreTakenWholeAndNamed) {
   const int n = world_size();
   launch({.devices = n, .timeout = 300ms}, [&](device& dev) {
-    const group pair{{0, 1}, "pair"};
-    const group mine = pair.index_of(dev.id()) >= 0 ? pair : group{{dev.id()}, "alone"};
-    auto meet_after_timeout = [&] {
-      if (dev.id() == 0) std::this_thread::sleep_for(200ms);
-      dev.barrier(mine);
-    };
+    pair_0_1 pair(dev);
     auto numbered = [](std::size_t size, float from) {
       std::vector<float> v(size);
       std::iota(v.begin(), v.end(), from);
@@ -465,7 +468,7 @@ TEST(MpiFailures, MessagesInPiecesOfTheWrongSizeAreTakenWholeAndNamed) {
         dev.recv<float>(0, got, 8);
         EXPECT_EQ(got, numbered(expected, 1.0f));
       }
-      dev.barrier(mine);
+      pair.meet();
     }
     // Between classes: the receive waits out the timeout, then takes what came.
     const std::array<std::array<std::size_t, 2>, 3> across{{{2000, 3}, {3, 2000}, {4000, 2000}}};
@@ -480,14 +483,14 @@ TEST(MpiFailures, MessagesInPiecesOfTheWrongSizeAreTakenWholeAndNamed) {
             {typemesh::detail::cat("device 1 expects ", expected, " f32 from device 0 (tag 9)"),
              typemesh::detail::cat("holds ", size * 4, " bytes (", size, " f32)")});
       }
-      meet_after_timeout();
+      pair.meet_after_timeout();
       if (dev.id() == 0) dev.send<float>(1, right_one, 9);
       if (dev.id() == 1) {
         std::vector<float> got(expected, -1.0f);
         dev.recv<float>(0, got, 9);
         EXPECT_EQ(got, right_one);
       }
-      dev.barrier(mine);
+      pair.meet();
     }
   });
 }
@@ -614,8 +617,7 @@ TEST(MpiFailures, RecvTimesOutAndWrongSizesAreNamed) {
                                                {"device 1 expects 3 f32 from device 0 (tag 4)", "more than 12 bytes"});
     }
     expect_error<typemesh::device_error>([&] { dev.send<float>((dev.id() + 1) % n, v, -1); }, {"tag -1"});
-    const group pair{{0, 1}, "pair"};
-    const group mine = pair.index_of(dev.id()) >= 0 ? pair : group{{dev.id()}, "alone"};
+    pair_0_1 pair(dev);
     // A receive that timed out is withdrawn: the message sent after it goes
     // to the next receive, and the first one's buffer stays as it was.
     std::vector<float> first(2, -1.0f), second(2, -1.0f);
@@ -623,7 +625,7 @@ TEST(MpiFailures, RecvTimesOutAndWrongSizesAreNamed) {
     // Device 1 has waited out two timeouts (tags 9 and 7) by now: device 0
     // comes late enough not to time out itself at the barrier.
     if (dev.id() == 0) std::this_thread::sleep_for(400ms);
-    dev.barrier(mine);
+    pair.meet();
     std::vector<float> sent{5.0f, 6.0f};
     if (dev.id() == 0) dev.send<float>(1, sent, 7);
     if (dev.id() == 1) {
@@ -631,7 +633,7 @@ TEST(MpiFailures, RecvTimesOutAndWrongSizesAreNamed) {
       EXPECT_EQ(second, sent);
       EXPECT_EQ(first, (std::vector<float>{-1.0f, -1.0f}));
     }
-    dev.barrier(mine);
+    pair.meet();
   });
 }
 
