@@ -315,7 +315,9 @@ TEST(MpiSendRecv, LargeMessagesArriveWhetherOrNotTheReceiverWaits) {
   };
   // Sizes on both sides of each line (floats: 1000 is 4000 B, whole; 1001
   // and 2997 go in two and three pieces; 2998 is 11992 B, whole again).
-  const std::vector<std::size_t> sizes{1024, 1025, 3, 5000, 70'000, 1023, 1000, 1001, 2997, 2998};
+  // Labelled, with the 256 B label in the same message below 11992 B in
+  // all: 936 goes whole, 937 in pieces, 2933 in three, 2934 apart.
+  const std::vector<std::size_t> sizes{1024, 1025, 3, 5000, 70'000, 1023, 1000, 1001, 2997, 2998, 936, 937, 2933, 2934};
   auto body = [&](device& dev) {
     const int me = dev.id(), peer = me ^ 1;  // pairs (0 1) (2 3) ...
     const bool first = me % 2 == 0;
@@ -488,6 +490,46 @@ TEST(MpiFailures, MessagesInPiecesOfTheWrongSizeAreTakenWholeAndNamed) {
       if (dev.id() == 1) {
         std::vector<float> got(expected, -1.0f);
         dev.recv<float>(0, got, 9);
+        EXPECT_EQ(got, right_one);
+      }
+      pair.meet();
+    }
+  });
+}
+
+// A labelled message of another size than its receiver expects is named by
+// its label, whether the label leads the data's message (up to 11992 B in
+// all) or goes apart, and the next labelled message arrives intact.
+TEST(MpiFailures, LabelledMessagesOfTheWrongSizeAreNamedByTheirLabel) {
+  const int n = world_size();
+  launch({.devices = n, .timeout = 300ms}, [&](device& dev) {
+    pair_0_1 pair(dev);
+    struct mismatch {
+      std::size_t sent, expected;
+      bool after_timeout;  // of different size classes: found once the receive times out
+      std::string names;
+    };
+    const std::vector<mismatch> cases{
+        {1500, 2000, false, "expects 2000 f32 from device 0, but device 0 sent 1500 f32"},  // both in pieces
+        {900, 4000, false, "expects 4000 f32 from device 0, but device 0 sent 900 f32"},    // whole, and apart
+        {3, 2000, true, "expects 2000 f32 from device 0, but device 0 sent 3 f32"},        // whole, and in pieces
+        {2000, 4000, true, "expects 4000 f32 from device 0, but device 0 sent 2000 f32"},  // in pieces, and apart
+    };
+    for (const mismatch& c : cases) {
+      SCOPED_TRACE(c.names);
+      std::vector<float> wrong_one(c.sent, 1.0f), right_one(c.expected);
+      std::iota(right_one.begin(), right_one.end(), 2.0f);
+      if (dev.id() == 0) dev.send_labelled<float>("ping", 1, wrong_one);
+      if (dev.id() == 1) {
+        std::vector<float> got(c.expected, -1.0f);
+        expect_error<typemesh::collective_error>([&] { dev.recv_labelled<float>("ping", 0, got); }, {c.names});
+      }
+      if (c.after_timeout) pair.meet_after_timeout();
+      else pair.meet();
+      if (dev.id() == 0) dev.send_labelled<float>("ping", 1, right_one);
+      if (dev.id() == 1) {
+        std::vector<float> got(c.expected, -1.0f);
+        dev.recv_labelled<float>("ping", 0, got);
         EXPECT_EQ(got, right_one);
       }
       pair.meet();

@@ -297,25 +297,37 @@ class device {
     in_communicator_memory<Space, T>(s, nullptr, 0, data, n, [&](const T*, T* d) { impl_->recv(from, d, n, dtype_of<T>, tag); });
   }
 
+  // The label of this device's next labelled message to `to`: n elements
+  // of type t, of the operation `what`.
+  std::array<std::uint8_t, detail::message_label::bytes> next_label(std::string_view what, int to, std::size_t n, dtype t) {
+    const detail::message_label label{detail::message_label::identity_of(what), labelled_sent_[to]++, n, t,
+                                      std::string(what)};
+    return label.encode();
+  }
+
   // The label ahead of a labelled message of n elements of type t.
   void send_label(std::string_view what, int to, std::size_t n, dtype t) {
-    detail::message_label label{detail::message_label::identity_of(what), labelled_sent_[to], n, t, std::string(what)};
-    const auto bytes = label.encode();
+    const auto bytes = next_label(what, to, n, t);
     in_communicator_memory<host_space, std::uint8_t>({}, bytes.data(), bytes.size(), nullptr, 0, [&](const std::uint8_t* b, std::uint8_t*) {
       impl_->send(to, b, bytes.size(), dtype::u8, detail::labelled_tag);
     });
-    ++labelled_sent_[to];
   }
 
-  // Takes the label ahead of a labelled message and checks that it belongs
-  // to `what`, comes in order and announces n elements of T.
+  // Takes the label ahead of a labelled message and checks it (check_label).
   template <class T>
   void receive_label(std::string_view what, int from, std::size_t n) {
     std::array<std::uint8_t, detail::message_label::bytes> bytes;
     in_communicator_memory<host_space, std::uint8_t>({}, nullptr, 0, bytes.data(), bytes.size(), [&](const std::uint8_t*, std::uint8_t* b) {
       impl_->recv(from, b, bytes.size(), dtype::u8, detail::labelled_tag);
     });
-    const auto label = detail::message_label::decode(bytes.data());
+    check_label<T>(what, from, n, bytes.data());
+  }
+
+  // Checks that the label of the next labelled message from `from`
+  // belongs to `what`, comes in order and announces n elements of T.
+  template <class T>
+  void check_label(std::string_view what, int from, std::size_t n, const std::uint8_t* bytes) {
+    const auto label = detail::message_label::decode(bytes);
     const std::uint64_t expected = labelled_received_[from]++;
     if (label.identity != detail::message_label::identity_of(what) || label.sequence != expected) {
       throw collective_error(detail::cat(
@@ -335,8 +347,17 @@ class device {
     using E = std::remove_cv_t<T>;
     check_type<E>();
     peer("send to", to);
+    const std::size_t bytes = n * sizeof(E);
+    if (impl_->labels_inline(bytes)) {  // label and data in one message
+      const auto label = next_label(what, to, n, dtype_of<E>);
+      count(op_kind::send, bytes, 0);
+      in_communicator_memory<Space, E>(s, data, n, nullptr, 0, [&](const E* d, E*) {
+        impl_->send_with_label(to, label.data(), label.size(), d, bytes);
+      });
+      return;
+    }
     send_label(what, to, n, dtype_of<E>);
-    count(op_kind::send, n * sizeof(E), 0);
+    count(op_kind::send, bytes, 0);
     in_communicator_memory<Space, E>(s, data, n, nullptr, 0, [&](const E* d, E*) {
       impl_->send(to, d, n, dtype_of<E>, detail::labelled_tag);
     });
@@ -346,6 +367,20 @@ class device {
   void recv_labelled_in(Space s, std::string_view what, int from, T* data, std::size_t n) {
     check_type<T>();
     peer("recv from", from);
+    const std::size_t bytes = n * sizeof(T);
+    if (impl_->labels_inline(bytes)) {  // label and data in one message
+      in_communicator_memory<Space, T>(s, nullptr, 0, data, n, [&](const T*, T* d) {
+        std::array<std::uint8_t, detail::message_label::bytes> label;
+        const std::size_t got = impl_->recv_with_label(from, label.data(), label.size(), d, bytes);
+        check_label<T>(what, from, n, label.data());  // names a message of another size
+        if (got != bytes) {
+          throw collective_error(detail::cat("device ", id(), " expects ", n, " ", name_of(dtype_of<T>), " from device ",
+                                             from, " (labelled), but the message holds ", got, " bytes"));
+        }
+      });
+      count(op_kind::recv, 0, bytes);
+      return;
+    }
     impl_->expect(from, n, dtype_of<T>, detail::labelled_tag);
     receive_label<T>(what, from, n);
     count(op_kind::recv, 0, n * sizeof(T));
@@ -413,6 +448,9 @@ class device {
     virtual void send(int, const void*, std::size_t, dtype, int) = 0;
     virtual void recv(int, void*, std::size_t, dtype, int) = 0;
     virtual void expect(int, std::size_t, dtype, int) = 0;
+    virtual bool labels_inline(std::size_t) const = 0;
+    virtual void send_with_label(int, const void*, std::size_t, const void*, std::size_t) = 0;
+    virtual std::size_t recv_with_label(int, void*, std::size_t, void*, std::size_t) = 0;
     virtual void barrier(const group&) = 0;
     virtual bool lends() const = 0;
     virtual void lend(int, const void*, std::size_t, dtype, int) = 0;
@@ -451,6 +489,21 @@ class device {
     void recv(int from, void* out, std::size_t n, dtype t, int tag) override { c.recv(from, out, n, t, tag); }
     void expect(int from, std::size_t n, dtype t, int tag) override {
       if constexpr (expecting_communicator<C>) c.expect(from, n, t, tag);
+    }
+    bool labels_inline(std::size_t bytes) const override {
+      if constexpr (inline_label_communicator<C>) return c.labels_inline(bytes);
+      else return false;
+    }
+    void send_with_label(int to, const void* label, std::size_t label_bytes, const void* in, std::size_t bytes) override {
+      if constexpr (inline_label_communicator<C>) c.send_with_label(to, label, label_bytes, in, bytes);
+      else not_inline();
+    }
+    std::size_t recv_with_label(int from, void* label, std::size_t label_bytes, void* out, std::size_t bytes) override {
+      if constexpr (inline_label_communicator<C>) return c.recv_with_label(from, label, label_bytes, out, bytes);
+      else not_inline();
+    }
+    [[noreturn]] void not_inline() const {
+      throw device_error(detail::cat("device ", c.device(), ": its communicator sends labels apart from their data"));
     }
     void barrier(const group& g) override { c.barrier(g); }
     bool lends() const override { return lending_communicator<C>; }

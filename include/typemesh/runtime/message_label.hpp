@@ -3,7 +3,9 @@
 // the stream from its sender, so that a receiver never takes another call's
 // message for its own. A label travels as a small message of its own just
 // ahead of the data, on a channel apart from the program's tagged messages;
-// every backend keeps the two in order.
+// every backend keeps the two in order. Where one message costs less than
+// two (MPI, up to a few KiB of data) the label leads the data's message
+// instead (inline_label_communicator).
 #pragma once
 
 #include <algorithm>

@@ -51,6 +51,7 @@
 #include <cstdint>
 #include <cstddef>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -327,6 +328,14 @@ class mpi_state {
     }
   }
 
+  // What a labelled message to device `to` says of itself, from its label:
+  // "3 f32 of <operation> (its labelled message 0 to device 1)".
+  static std::string described_by_label(const void* label, int to) {
+    const auto l = detail::message_label::decode(static_cast<const std::uint8_t*>(label));
+    return detail::cat(l.count, " ", name_of(l.type), " of ", l.what, " (its labelled message ", l.sequence,
+                       " to device ", to, ")");
+  }
+
   // `got` bytes at `first` came from `from` (MPI tag `mpi_tag`) on `comm`, a
   // communicator of pieces, as the first piece of a message that will not
   // be received: takes its other pieces and returns its size (`got` when
@@ -340,6 +349,25 @@ class mpi_state {
     return static_cast<std::size_t>(size);
   }
 
+  // Bytes of a message that is sent from more than one place (a label and
+  // its data).
+  struct part {
+    const void* data;
+    std::size_t bytes;
+  };
+
+  // Sends the parts as one message of bytes on `tag`, as post sends a
+  // message of their size below direct_bytes: whole or in pieces, from a
+  // copy. Returns at once.
+  void post_parts(int to, int tag, std::initializer_list<part> parts) {
+    progress_sends();
+    std::size_t bytes = 0;
+    for (const part& p : parts) bytes += p.bytes;
+    if (bytes > eager_bytes) return send_pieces(to, tag, parts);
+    ++sent_to_[to];
+    send_copy(to, tag, parts, dtype::u8, comm_of(tag, bytes));
+  }
+
   // Sends the message: in pieces when it is more than eager_bytes and less
   // than direct_bytes (send_pieces); else straight from `in` when its
   // receiver is ready (receiver_ready), or from a copy that is kept alive
@@ -347,7 +375,7 @@ class mpi_state {
   void post(int to, const void* in, std::size_t count, dtype t, int tag) {
     progress_sends();
     const std::size_t bytes = count * size_of(t);
-    if (bytes > eager_bytes && bytes < direct_bytes) return send_pieces(to, tag, in, bytes);
+    if (bytes > eager_bytes && bytes < direct_bytes) return send_pieces(to, tag, {{in, bytes}});
     ++sent_to_[to];
     if (bytes >= direct_bytes && receiver_ready(to, tag, bytes)) {
       MPI_Request request = MPI_REQUEST_NULL;
@@ -365,7 +393,7 @@ class mpi_state {
       }
       return;
     }
-    send_copy(to, tag, in, count, t, comm_of(tag, bytes));
+    send_copy(to, tag, {{in, bytes}}, t, comm_of(tag, bytes));
   }
 
   // A recv of direct_bytes or more from `from` on `tag` is about to look for
@@ -374,7 +402,7 @@ class mpi_state {
   void announce_ready(int from, int tag) {
     progress_sends();
     const auto taken = static_cast<std::int64_t>(direct_taken_[{from, tag}]);
-    send_copy(from, tag, &taken, 1, dtype::i64, ready_of_tag(tag));
+    send_copy(from, tag, {{&taken, sizeof taken}}, dtype::i64, ready_of_tag(tag));
     ++readies_to_[from];
   }
 
@@ -498,14 +526,17 @@ class mpi_state {
     std::vector<std::uint8_t> data(std::max(bytes, 1));
     MPI_Mrecv(data.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
     ++received_from_[from];
+    const std::uint8_t* start = data.data();  // of the message, past a size where it came in pieces
     if (comm == pieces_labelled_ || comm == pieces_world_) {
-      bytes = static_cast<int>(take_rest_of_message(from, status.MPI_TAG, comm, data.data(), static_cast<std::size_t>(bytes)));
+      const std::size_t size = take_rest_of_message(from, status.MPI_TAG, comm, data.data(), static_cast<std::size_t>(bytes));
+      if (size != static_cast<std::size_t>(bytes)) start += piece_header_bytes;
+      bytes = static_cast<int>(size);
     }
-    if (comm == labelled_ && static_cast<std::size_t>(bytes) == detail::message_label::bytes) {
-      const auto label = detail::message_label::decode(data.data());
-      return detail::cat("device ", from, " sent device ", rank_, " ", label.count, " ", name_of(label.type), " of ",
-                         label.what, " (its labelled message ", label.sequence, " to device ", rank_,
-                         "), which device ", rank_, " never received");
+    // A labelled message starts with its label (alone, or with its data).
+    const bool labelled = comm == labelled_ || comm == pieces_labelled_;
+    if (labelled && static_cast<std::size_t>(bytes) >= detail::message_label::bytes) {
+      return detail::cat("device ", from, " sent device ", rank_, " ", described_by_label(start, rank_),
+                         ", which device ", rank_, " never received");
     }
     return detail::cat("device ", from, " sent device ", rank_, " ", bytes, " bytes (",
                        comm == labelled_ || comm == pieces_labelled_ || comm == large_labelled_ ? std::string("labelled")
@@ -555,29 +586,42 @@ class mpi_state {
     });
   }
 
-  // Sends `count` elements of t at `in` to `to` on `comm` from a copy, kept
-  // alive until MPI has sent it.
-  void send_copy(int to, int tag, const void* in, std::size_t count, dtype t, MPI_Comm comm) {
-    const std::size_t bytes = count * size_of(t);
+  // Copies `parts` one after the other into `at`.
+  static void gather(std::byte* at, std::initializer_list<part> parts) {
+    for (const part& p : parts) {
+      if (p.bytes) std::memcpy(at, p.data, p.bytes);
+      at += p.bytes;
+    }
+  }
+
+  // Sends the parts, elements of t, to `to` on `comm` as one message from a
+  // copy, kept alive until MPI has sent it.
+  void send_copy(int to, int tag, std::initializer_list<part> parts, dtype t, MPI_Comm comm) {
+    std::size_t bytes = 0;
+    for (const part& p : parts) bytes += p.bytes;
     pending_send s{to, tag, std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1)};
-    if (bytes) std::memcpy(s.data.get(), in, bytes);
-    check(MPI_Isend(s.data.get(), mpi_count(count), detail::mpi_datatype(t), to, mpi_tag(tag), comm, &s.requests[0]),
+    gather(s.data.get(), parts);
+    check(MPI_Isend(s.data.get(), mpi_count(bytes / size_of(t)), detail::mpi_datatype(t), to, mpi_tag(tag), comm,
+                    &s.requests[0]),
           "MPI_Isend");
     sends_.push_back(std::move(s));
   }
 
-  // Sends `bytes` at `in` (more than eager_bytes, less than direct_bytes)
-  // to `to` as pieces small enough for MPI to send each at once, without
-  // the handshake that one message of that size waits for: its size
-  // (piece_header_bytes) and the bytes, from one copy, cut every
-  // eager_bytes. The receiver learns the size from the first piece, so a
-  // receive of another size takes exactly the pieces sent (recv_pieces).
-  void send_pieces(int to, int tag, const void* in, std::size_t bytes) {
+  // Sends the bytes of `parts` (more than eager_bytes, less than
+  // direct_bytes in all) to `to` as pieces small enough for MPI to send
+  // each at once, without the handshake that one message of that size
+  // waits for: its size (piece_header_bytes) and the bytes, from one copy,
+  // cut into pieces_of(bytes). The receiver learns the size from the first
+  // piece, so a receive of another size takes exactly the pieces sent
+  // (recv_pieces).
+  void send_pieces(int to, int tag, std::initializer_list<part> parts) {
+    std::size_t bytes = 0;
+    for (const part& p : parts) bytes += p.bytes;
     const std::size_t total = piece_header_bytes + bytes;
     const std::uint64_t size = bytes;
     pending_send s{to, tag, std::make_unique_for_overwrite<std::byte[]>(total)};
     std::memcpy(s.data.get(), &size, piece_header_bytes);
-    std::memcpy(s.data.get() + piece_header_bytes, in, bytes);
+    gather(s.data.get() + piece_header_bytes, parts);
     const MPI_Comm comm = comm_of(tag, bytes);
     for (std::size_t i = 0; i < pieces_of(bytes); ++i) {
       const std::size_t at = piece_start(bytes, i);
@@ -776,13 +820,65 @@ class mpi_communicator {
     check_tag(tag);
     const std::size_t expected = n * size_of(t);
     if (expected >= mpi_state::direct_bytes) return recv_large(from, out, n, t, tag);
-    if (expected > mpi_state::eager_bytes) return recv_pieces(from, out, n, t, tag);
+    if (expected > mpi_state::eager_bytes) {
+      const std::size_t size = recv_pieces(from, {}, out, n, t, tag);
+      if (size != expected) throw wrong_size(from, n, t, tag, static_cast<int>(size));
+      return;
+    }
+    if (tag == detail::labelled_tag && expected == detail::message_label::bytes) return recv_label(from, out);
     bool truncated = false;
-    const std::size_t bytes = receive_posted(from, out, count(n), detail::mpi_datatype(t), n, t, tag, truncated);
+    const std::size_t bytes =
+        receive_posted(from, out, count(n), detail::mpi_datatype(t), expected, n, t, tag, truncated);
     s_->count_received(from, tag, expected);
     if (truncated) throw wrong_size(from, n, t, tag, detail::cat("more than ", expected, " bytes"));
     if (bytes != expected) throw wrong_size(from, n, t, tag, static_cast<int>(bytes));
   }
+
+  // Up to a few KiB of data go in one message with their label: whole up to
+  // eager_bytes, in pieces below direct_bytes (one message saves a round of
+  // MPI's matching, a third of a 1 KiB round trip).
+  bool labels_inline(std::size_t bytes) const { return detail::message_label::bytes + bytes < mpi_state::direct_bytes; }
+
+  void send_with_label(int to, const void* label, std::size_t label_bytes, const void* in, std::size_t bytes) {
+    s_->post_parts(to, detail::labelled_tag, {{label, label_bytes}, {in, bytes}});
+  }
+
+  // A whole message is taken into scratch memory (any message of its size
+  // class fits), then copied out; one in pieces as recv_pieces does. One of
+  // another size class, found once the receive times out, gives its label.
+  std::size_t recv_with_label(int from, void* label, std::size_t label_bytes, void* out, std::size_t bytes) {
+    taken_label_.reset();
+    try {
+      return receive_with_label(from, label, label_bytes, out, bytes);
+    } catch (const collective_error&) {
+      if (!taken_label_) throw;
+      std::memcpy(label, taken_label_->data(), label_bytes);
+      return 0;  // the label names the data it came with
+    }
+  }
+
+ private:
+  std::size_t receive_with_label(int from, void* label, std::size_t label_bytes, void* out, std::size_t bytes) {
+    constexpr int tag = detail::labelled_tag;
+    const std::size_t expected = label_bytes + bytes;
+    std::size_t got = 0;
+    if (expected > mpi_state::eager_bytes) {
+      got = recv_pieces(from, {static_cast<std::byte*>(label), label_bytes}, out, bytes, dtype::u8, tag);
+    } else {
+      std::byte* in = s_->scratch(mpi_state::eager_bytes);
+      bool truncated = false;
+      got = receive_posted(from, in, static_cast<int>(mpi_state::eager_bytes), MPI_BYTE, expected, expected, dtype::u8,
+                           tag, truncated);
+      s_->count_received(from, tag, expected);
+      if (truncated) throw wrong_size(from, expected, dtype::u8, tag, detail::cat("more than ", mpi_state::eager_bytes, " bytes"));
+      if (got >= label_bytes) std::memcpy(label, in, label_bytes);
+      if (got == expected) std::memcpy(out, in + label_bytes, bytes);
+    }
+    if (got < label_bytes) throw wrong_size(from, expected, dtype::u8, tag, static_cast<int>(got));
+    return got - label_bytes;
+  }
+
+ public:
 
   // A labelled message's data is coming (its label first): the ready notice
   // goes out now, so it travels while the label does, and recv_large does
@@ -800,14 +896,14 @@ class mpi_communicator {
 
  private:
   // Posts a receive of up to `capacity` elements of `type` into `out` on the
-  // communicator of a message of n elements of t on `tag`, and waits for
-  // it: returns the bytes that came, or sets `truncated` when more came. A
+  // communicator of a message of `message_bytes` on `tag`, and waits for it:
+  // returns the bytes that came, or sets `truncated` when more came. A
   // receive that times out, or whose sender has finished, is cancelled and
-  // named (nothing_received).
-  std::size_t receive_posted(int from, void* out, int capacity, MPI_Datatype type, std::size_t n, dtype t, int tag,
-                             bool& truncated) {
+  // named (nothing_received) as one of n elements of t.
+  std::size_t receive_posted(int from, void* out, int capacity, MPI_Datatype type, std::size_t message_bytes,
+                             std::size_t n, dtype t, int tag, bool& truncated) {
     MPI_Request request = MPI_REQUEST_NULL;
-    s_->check(MPI_Irecv(out, capacity, type, from, mpi_state::mpi_tag(tag), s_->comm_of(tag, n * size_of(t)), &request),
+    s_->check(MPI_Irecv(out, capacity, type, from, mpi_state::mpi_tag(tag), s_->comm_of(tag, message_bytes), &request),
               "MPI_Irecv");
     MPI_Status status;
     truncated = false;
@@ -833,7 +929,7 @@ class mpi_communicator {
         if (truncated) cancelled = 0;  // it came, too large: named by the caller
         else MPI_Test_cancelled(&status, &cancelled);
       }
-      if (cancelled) nothing_received(from, n, t, tag, sender_finished);
+      if (cancelled) nothing_received(from, n, t, tag, sender_finished, message_bytes);
     }
     int bytes = 0;
     if (!truncated) MPI_Get_count(&status, MPI_BYTE, &bytes);
@@ -841,16 +937,20 @@ class mpi_communicator {
   }
 
   // A message of more than eager_bytes and less than direct_bytes comes in
-  // pieces (mpi_state::send_pieces). The first, led by the message's size,
+  // pieces (mpi_state::send_pieces): `lead` (a label, or nothing), then n
+  // elements of t into `out`. The first piece, led by the message's size,
   // is taken into scratch memory; when the size is right its bytes are
-  // copied into `out` and the other pieces received straight after them.
-  // A message of another size is taken whole, every piece of it, and named.
-  void recv_pieces(int from, void* out, std::size_t n, dtype t, int tag) {
+  // copied into `lead` and `out` and the other pieces received straight
+  // into `out`. A message of another size is taken whole, every piece of
+  // it, with `lead` filled in from it (where it is long enough) and `out`
+  // untouched. Returns the message's size; the caller names a wrong one.
+  std::size_t recv_pieces(int from, std::span<std::byte> lead, void* out, std::size_t n, dtype t, int tag) {
     constexpr std::size_t header = mpi_state::piece_header_bytes, piece = mpi_state::eager_bytes;
-    const std::size_t expected = n * size_of(t);
+    const std::size_t expected = lead.size() + n * size_of(t);
     std::byte* first = s_->scratch(piece);
     bool truncated = false;
-    const std::size_t got = receive_posted(from, first, static_cast<int>(piece), MPI_BYTE, n, t, tag, truncated);
+    const std::size_t got =
+        receive_posted(from, first, static_cast<int>(piece), MPI_BYTE, expected, n, t, tag, truncated);
     s_->count_received(from, tag, expected);
     std::uint64_t size = 0;
     if (!truncated && got >= header) std::memcpy(&size, first, header);
@@ -859,19 +959,23 @@ class mpi_communicator {
       // of a message: only a broken sender gets here.
       throw wrong_size(from, n, t, tag, "a piece that does not start a message");
     }
+    // A first piece is longer than a third of eager_bytes, so it holds a label.
+    const bool has_lead = got >= header + lead.size();
+    if (has_lead && !lead.empty()) std::memcpy(lead.data(), first + header, lead.size());
     const MPI_Comm comm = s_->comm_of(tag, expected);
-    if (size != expected) {
+    if (size != expected || !has_lead) {
       s_->take_pieces(from, mpi_state::mpi_tag(tag), comm, mpi_state::pieces_of(size) - 1);
-      throw wrong_size(from, n, t, tag, static_cast<int>(size));
+      return static_cast<std::size_t>(size);
     }
-    std::memcpy(out, first + header, got - header);
+    const std::size_t skip = header + lead.size();  // where `out` starts in the message with its size
+    std::memcpy(out, first + skip, got - skip);
     // The other pieces, straight into `out`.
     const std::size_t rest = mpi_state::pieces_of(expected) - 1;
     std::array<MPI_Request, mpi_state::max_pieces> requests;
     requests.fill(MPI_REQUEST_NULL);
     for (std::size_t i = 0; i < rest; ++i) {
       const std::size_t at = mpi_state::piece_start(expected, i + 1);
-      s_->check(MPI_Irecv(static_cast<std::byte*>(out) + (at - header),
+      s_->check(MPI_Irecv(static_cast<std::byte*>(out) + (at - skip),
                           static_cast<int>(mpi_state::piece_start(expected, i + 2) - at), MPI_BYTE, from,
                           mpi_state::mpi_tag(tag), comm, &requests[i]),
                 "MPI_Irecv");
@@ -887,6 +991,33 @@ class mpi_communicator {
                                       s_->timeout().count(), " ms"));
     }
     for (std::size_t i = 0; i < rest; ++i) s_->count_received(from, tag, expected);
+    return expected;
+  }
+
+  // The label ahead of a labelled message whose data goes apart
+  // (labels_inline is false for it). Any message of its size class is
+  // taken, into scratch memory, and its first bytes given as the label: a
+  // label with its data, sent by a device that expects less data, then
+  // names the mismatch itself (device::check_label).
+  void recv_label(int from, void* out) {
+    constexpr int tag = detail::labelled_tag;
+    constexpr std::size_t label_bytes = detail::message_label::bytes;
+    std::byte* in = s_->scratch(mpi_state::eager_bytes);
+    bool truncated = false;
+    std::size_t got = 0;
+    taken_label_.reset();
+    try {
+      got = receive_posted(from, in, static_cast<int>(mpi_state::eager_bytes), MPI_BYTE, label_bytes, label_bytes,
+                           dtype::u8, tag, truncated);
+    } catch (const collective_error&) {
+      if (!taken_label_) throw;
+      std::memcpy(out, taken_label_->data(), label_bytes);  // one of another size class, with its data
+      return;
+    }
+    s_->count_received(from, tag, label_bytes);
+    if (truncated) throw wrong_size(from, label_bytes, dtype::u8, tag, detail::cat("more than ", mpi_state::eager_bytes, " bytes"));
+    if (got < label_bytes) throw wrong_size(from, label_bytes, dtype::u8, tag, static_cast<int>(got));
+    std::memcpy(out, in, label_bytes);
   }
 
   // A message of direct_bytes or more passes MPI's eager limit, so MPI hands
@@ -911,7 +1042,7 @@ class mpi_communicator {
     };
     bool sender_finished = false;
     const bool arrived = wait_for_message(from, found, sender_finished);
-    if (sender_finished || !arrived) nothing_received(from, n, t, tag, sender_finished);
+    if (sender_finished || !arrived) nothing_received(from, n, t, tag, sender_finished, n * size_of(t));
     s_->count_received(from, tag, n * size_of(t));
     int bytes = 0;
     MPI_Get_count(&status, MPI_BYTE, &bytes);
@@ -954,11 +1085,12 @@ class mpi_communicator {
                       detail::cat(bytes, " bytes (", bytes / static_cast<int>(size_of(t)), " ", name_of(t), ")"));
   }
 
-  // No message of n elements of t came: its sender has returned from the
-  // program, or the timeout passed. A message of another size class (see
+  // No message of `message_bytes` (n elements of t, maybe after a label)
+  // came: its sender has returned from the program, or the timeout passed. A message of another size class (see
   // comm_of) is taken and named, as one of the wrong size.
-  [[noreturn]] void nothing_received(int from, std::size_t n, dtype t, int tag, bool sender_finished) const {
-    const MPI_Comm own = s_->comm_of(tag, n * size_of(t));
+  [[noreturn]] void nothing_received(int from, std::size_t n, dtype t, int tag, bool sender_finished,
+                                     std::size_t message_bytes) {
+    const MPI_Comm own = s_->comm_of(tag, message_bytes);
     // One size of each class: whole and small, in pieces, whole and large.
     for (std::size_t bytes : {std::size_t(0), mpi_state::eager_bytes + 1, mpi_state::direct_bytes}) {
       const MPI_Comm comm = s_->comm_of(tag, bytes);
@@ -973,8 +1105,16 @@ class mpi_communicator {
       std::byte* data = s_->scratch(static_cast<std::size_t>(got));
       s_->check(MPI_Mrecv(data, got, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
       s_->count_received(from, tag, n * size_of(t));
+      // A labelled message's label is kept (read before the rest of one in
+      // pieces overwrites the scratch memory): the receive names it by that.
+      const bool in_pieces = bytes == mpi_state::eager_bytes + 1;
+      const std::size_t skip = in_pieces ? mpi_state::piece_header_bytes : 0;
+      if (tag == detail::labelled_tag && static_cast<std::size_t>(got) >= skip + detail::message_label::bytes) {
+        taken_label_.emplace();
+        std::memcpy(taken_label_->data(), data + skip, detail::message_label::bytes);
+      }
       std::size_t size = static_cast<std::size_t>(got);
-      if (bytes == mpi_state::eager_bytes + 1) size = s_->take_rest_of_message(from, mpi_state::mpi_tag(tag), comm, data, size);
+      if (in_pieces) size = s_->take_rest_of_message(from, mpi_state::mpi_tag(tag), comm, data, size);
       throw wrong_size(from, n, t, tag, static_cast<int>(size));
     }
     if (sender_finished) {
@@ -1060,9 +1200,13 @@ class mpi_communicator {
 
   std::shared_ptr<mpi_state> s_;
   std::optional<std::pair<int, int>> announced_;  // (peer, tag) whose ready notice expect sent ahead
+  // The label of a labelled message of another size class that a receive
+  // took in the place of its own (nothing_received).
+  std::optional<std::array<std::uint8_t, detail::message_label::bytes>> taken_label_;
 };
 
 static_assert(communicator<mpi_communicator>);
 static_assert(expecting_communicator<mpi_communicator>);
+static_assert(inline_label_communicator<mpi_communicator>);
 
 }  // namespace typemesh
