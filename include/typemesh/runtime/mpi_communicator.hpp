@@ -857,29 +857,6 @@ class mpi_communicator {
     }
   }
 
- private:
-  std::size_t receive_with_label(int from, void* label, std::size_t label_bytes, void* out, std::size_t bytes) {
-    constexpr int tag = detail::labelled_tag;
-    const std::size_t expected = label_bytes + bytes;
-    std::size_t got = 0;
-    if (expected > mpi_state::eager_bytes) {
-      got = recv_pieces(from, {static_cast<std::byte*>(label), label_bytes}, out, bytes, dtype::u8, tag);
-    } else {
-      std::byte* in = s_->scratch(mpi_state::eager_bytes);
-      bool truncated = false;
-      got = receive_posted(from, in, static_cast<int>(mpi_state::eager_bytes), MPI_BYTE, expected, expected, dtype::u8,
-                           tag, truncated);
-      s_->count_received(from, tag, expected);
-      if (truncated) throw wrong_size(from, expected, dtype::u8, tag, detail::cat("more than ", mpi_state::eager_bytes, " bytes"));
-      if (got >= label_bytes) std::memcpy(label, in, label_bytes);
-      if (got == expected) std::memcpy(out, in + label_bytes, bytes);
-    }
-    if (got < label_bytes) throw wrong_size(from, expected, dtype::u8, tag, static_cast<int>(got));
-    return got - label_bytes;
-  }
-
- public:
-
   // A labelled message's data is coming (its label first): the ready notice
   // goes out now, so it travels while the label does, and recv_large does
   // not send another.
@@ -992,6 +969,29 @@ class mpi_communicator {
     }
     for (std::size_t i = 0; i < rest; ++i) s_->count_received(from, tag, expected);
     return expected;
+  }
+
+  // What recv_with_label receives; a message of another size class ends it
+  // with collective_error once the receive times out (nothing_received
+  // keeps its label).
+  std::size_t receive_with_label(int from, void* label, std::size_t label_bytes, void* out, std::size_t bytes) {
+    constexpr int tag = detail::labelled_tag;
+    const std::size_t expected = label_bytes + bytes;
+    std::size_t got = 0;
+    if (expected > mpi_state::eager_bytes) {
+      got = recv_pieces(from, {static_cast<std::byte*>(label), label_bytes}, out, bytes, dtype::u8, tag);
+    } else {
+      std::byte* in = s_->scratch(mpi_state::eager_bytes);
+      bool truncated = false;
+      got = receive_posted(from, in, static_cast<int>(mpi_state::eager_bytes), MPI_BYTE, expected, expected, dtype::u8,
+                           tag, truncated);
+      s_->count_received(from, tag, expected);
+      if (truncated) throw wrong_size(from, expected, dtype::u8, tag, detail::cat("more than ", mpi_state::eager_bytes, " bytes"));
+      if (got >= label_bytes) std::memcpy(label, in, label_bytes);
+      if (got == expected) std::memcpy(out, in + label_bytes, bytes);
+    }
+    if (got < label_bytes) throw wrong_size(from, expected, dtype::u8, tag, static_cast<int>(got));
+    return got - label_bytes;
   }
 
   // The label ahead of a labelled message whose data goes apart
