@@ -988,37 +988,18 @@ class mpi_communicator {
       s_->count_received(from, tag, expected);
       if (truncated) throw wrong_size(from, expected, dtype::u8, tag, detail::cat("more than ", mpi_state::eager_bytes, " bytes"));
       if (got >= label_bytes) std::memcpy(label, in, label_bytes);
-      if (got == expected) std::memcpy(out, in + label_bytes, bytes);
+      if (got == expected && bytes) std::memcpy(out, in + label_bytes, bytes);
     }
     if (got < label_bytes) throw wrong_size(from, expected, dtype::u8, tag, static_cast<int>(got));
     return got - label_bytes;
   }
 
   // The label ahead of a labelled message whose data goes apart
-  // (labels_inline is false for it). Any message of its size class is
-  // taken, into scratch memory, and its first bytes given as the label: a
-  // label with its data, sent by a device that expects less data, then
-  // names the mismatch itself (device::check_label).
-  void recv_label(int from, void* out) {
-    constexpr int tag = detail::labelled_tag;
-    constexpr std::size_t label_bytes = detail::message_label::bytes;
-    std::byte* in = s_->scratch(mpi_state::eager_bytes);
-    bool truncated = false;
-    std::size_t got = 0;
-    taken_label_.reset();
-    try {
-      got = receive_posted(from, in, static_cast<int>(mpi_state::eager_bytes), MPI_BYTE, label_bytes, label_bytes,
-                           dtype::u8, tag, truncated);
-    } catch (const collective_error&) {
-      if (!taken_label_) throw;
-      std::memcpy(out, taken_label_->data(), label_bytes);  // one of another size class, with its data
-      return;
-    }
-    s_->count_received(from, tag, label_bytes);
-    if (truncated) throw wrong_size(from, label_bytes, dtype::u8, tag, detail::cat("more than ", mpi_state::eager_bytes, " bytes"));
-    if (got < label_bytes) throw wrong_size(from, label_bytes, dtype::u8, tag, static_cast<int>(got));
-    std::memcpy(out, in, label_bytes);
-  }
+  // (labels_inline is false for it): received as a labelled message with no
+  // data, so that a label that came with its data, sent by a device that
+  // expects less data, still names the mismatch (device::check_label).
+  void recv_label(int from, void* out) { recv_with_label(from, out, detail::message_label::bytes, nullptr, 0); }
+
 
   // A message of direct_bytes or more passes MPI's eager limit, so MPI hands
   // it over with a handshake and finding it before receiving costs nothing
