@@ -77,6 +77,7 @@ def typemesh_ms(binary, step, threads, args):
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"peer.py: {' '.join(cmd)} failed with status {run.returncode}:\n{run.stdout}{run.stderr}")
+    peer_common.pass_on_advice(run.stderr)
     for line in run.stdout.splitlines():
         m = LINE.match(line)
         if m and m.group(1) == step:
@@ -93,6 +94,7 @@ def typemesh_overhead_us(binary, args):
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"peer.py: {' '.join(cmd)} failed with status {run.returncode}:\n{run.stdout}{run.stderr}")
+    peer_common.pass_on_advice(run.stderr)
     for line in run.stdout.splitlines():
         m = OVERHEAD_LINE.match(line)
         if m:

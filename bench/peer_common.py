@@ -1,6 +1,6 @@
 """What bench/peer.py and bench/peer_seed.py share: importing PyTorch, the
-run's header, a PyTorch SGD step and its timing, and the alternating rounds
-behind each table row."""
+run's header, typemesh's advice passed on, a PyTorch SGD step and its
+timing, and the alternating rounds behind each table row."""
 
 import datetime
 import math
@@ -55,6 +55,21 @@ def print_header(torch, typemesh, args):
           f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print(f"torch {torch.__version__} (oneDNN {'on' if torch.backends.mkldnn.is_available() else 'off'}, "
           f"MKL {'on' if torch.backends.mkl.is_available() else 'off'}); typemesh: {typemesh}")
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        print(f"OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']}")
+
+
+_said = set()
+
+
+def pass_on_advice(stderr):
+    """Prints, once each, the lines a typemesh program wrote to standard error
+    that start with 'typemesh:' (such as its advice on OpenBLAS's kernels),
+    which the captured output would otherwise hide."""
+    for line in stderr.splitlines():
+        if line.startswith("typemesh:") and line not in _said:
+            _said.add(line)
+            print(line, file=sys.stderr)
 
 
 def print_cell_rule(args):

@@ -129,6 +129,7 @@ def typemesh_ms(examples, network, threads, args):
         run = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if run.returncode != 0:
             sys.exit(f"peer_seed.py: {' '.join(cmd)} failed with status {run.returncode}:\n{run.stdout}{run.stderr}")
+        peer_common.pass_on_advice(run.stderr)
         with open(metrics) as f:
             lines = [json.loads(line) for line in f if line.strip()]
     wall = {line["step"]: line["wall_s"] for line in lines}

@@ -59,6 +59,24 @@ TEST(Blas, CoresFollowTheUsersThreadVariables) {
   EXPECT_EQ(blas_cores("99999999999999999999", nullptr, nullptr, 16), 16);
 }
 
+// OpenBLAS's generic kernels on a CPU with AVX2 or AVX-512 are named, with
+// the core to choose; a core the user chose, a CPU without AVX2 and kernels
+// made for AVX2 get no advice.
+TEST(Blas, GenericKernelsOnANewerCpuAreNamedWithTheCoreToChoose) {
+  using typemesh::backend::blas_kernel_advice;
+  const std::string avx512 = blas_kernel_advice("Prescott", false, true, true);
+  EXPECT_NE(avx512.find("runs its Prescott kernels"), std::string::npos) << avx512;
+  EXPECT_NE(avx512.find("this CPU has AVX-512"), std::string::npos) << avx512;
+  EXPECT_NE(avx512.find("OPENBLAS_CORETYPE=SkylakeX"), std::string::npos) << avx512;
+  const std::string avx2 = blas_kernel_advice("Sandybridge", false, true, false);
+  EXPECT_NE(avx2.find("runs its Sandybridge kernels"), std::string::npos) << avx2;
+  EXPECT_NE(avx2.find("OPENBLAS_CORETYPE=Haswell"), std::string::npos) << avx2;
+  EXPECT_EQ(blas_kernel_advice("Prescott", true, true, true), "");   // the user chose the core
+  EXPECT_EQ(blas_kernel_advice("Prescott", false, false, false), "");  // an old CPU: the right kernels
+  for (const char* core : {"Haswell", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen", ""})
+    EXPECT_EQ(blas_kernel_advice(core, false, true, true), "") << core;
+}
+
 TEST(Einsum, MatmulUnderLayouts) {
   const std::vector<values> in{random_values(96, 1), random_values(48, 2)};
   matmul_case c;

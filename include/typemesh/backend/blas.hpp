@@ -20,7 +20,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <type_traits>
@@ -63,6 +66,45 @@ inline int blas_threads_per_device(int devices) { return std::max(1, blas_cores(
 inline void blas_single_threaded() {
 #if defined(OPENBLAS_VERSION)
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+#endif
+}
+
+// OpenBLAS picks its kernels for the CPU when it loads. A release older than
+// the CPU does not know it and falls back to kernels for CPUs without AVX2
+// (Debian 12's 0.3.21 runs its Prescott kernels on Emerald Rapids Xeons,
+// where the peer benchmark's steps that are mostly GEMMs took 3.6-7x as long:
+// docs/backend.md). OpenBLAS reads OPENBLAS_CORETYPE only when it loads, so
+// typemesh can only say so. The advice for OpenBLAS's core `core` on a CPU with those instruction
+// sets, where the user has not chosen a core (OPENBLAS_CORETYPE unset);
+// empty where there is nothing to say.
+inline std::string blas_kernel_advice(std::string_view core, bool coretype_set, bool avx2, bool avx512) {
+  constexpr std::string_view without_avx2[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
+                                               "Atom", "Sandybridge", "Katmai", "Coppermine", "Northwood",
+                                               "Banias", "Barcelona", "Bobcat", "Bulldozer", "Piledriver",
+                                               "Steamroller"};
+  if (coretype_set || !avx2 || std::find(std::begin(without_avx2), std::end(without_avx2), core) == std::end(without_avx2))
+    return {};
+  const std::string_view better = avx512 ? "SkylakeX" : "Haswell";
+  return "typemesh: OpenBLAS does not know this CPU and runs its " + std::string(core) +
+         " kernels, written for CPUs without AVX2; this CPU has " + (avx512 ? "AVX-512" : "AVX2") +
+         ", and matrix products run several times slower. Set OPENBLAS_CORETYPE=" + std::string(better) +
+         " in the environment, or install an OpenBLAS that knows this CPU.\n";
+}
+
+// Prints blas_kernel_advice once per process (once per node under MPI: on
+// local rank 0), at the first BLAS product.
+inline void advise_on_blas_kernels() {
+#if defined(OPENBLAS_VERSION) && defined(__x86_64__)
+  static const bool once = [] {
+    for (const char* local_rank : {std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"), std::getenv("MPI_LOCALRANKID")})
+      if (local_rank != nullptr && std::string_view(local_rank) != "0") return true;
+    const char* core = openblas_get_corename();
+    const std::string advice = blas_kernel_advice(core ? core : "", std::getenv("OPENBLAS_CORETYPE") != nullptr,
+                                                  __builtin_cpu_supports("avx2"), __builtin_cpu_supports("avx512f"));
+    if (!advice.empty()) std::fputs(advice.c_str(), stderr);
+    return true;
+  }();
+  (void)once;
 #endif
 }
 
@@ -118,6 +160,7 @@ void gemm(host_space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n
     }
   }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    advise_on_blas_kernels();
     blas_single_threaded();
     const int blocks = host::inside_kernel() ? 1 : blas_blocks(m, n, k);
     if (blocks == 1) {
