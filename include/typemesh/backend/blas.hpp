@@ -74,16 +74,16 @@ inline void blas_single_threaded() {
 // (Debian 12's 0.3.21 runs its Prescott kernels on Emerald Rapids Xeons,
 // where the peer benchmark's steps that are mostly GEMMs took 3.6-7x as long:
 // docs/backend.md). OpenBLAS reads OPENBLAS_CORETYPE only when it loads, so
-// typemesh can only say so. The advice for OpenBLAS's core `core` on a CPU with those instruction
-// sets, where the user has not chosen a core (OPENBLAS_CORETYPE unset);
-// empty where there is nothing to say.
+// typemesh can only say so. This is what to say where OpenBLAS runs the
+// kernels of `core` on a CPU with those instruction sets and the user has
+// not chosen a core (OPENBLAS_CORETYPE unset); empty where there is nothing.
 inline std::string blas_kernel_advice(std::string_view core, bool coretype_set, bool avx2, bool avx512) {
   constexpr std::string_view without_avx2[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
                                                "Atom", "Sandybridge", "Katmai", "Coppermine", "Northwood",
                                                "Banias", "Barcelona", "Bobcat", "Bulldozer", "Piledriver",
                                                "Steamroller"};
-  if (coretype_set || !avx2 || std::find(std::begin(without_avx2), std::end(without_avx2), core) == std::end(without_avx2))
-    return {};
+  const bool generic = std::find(std::begin(without_avx2), std::end(without_avx2), core) != std::end(without_avx2);
+  if (coretype_set || !avx2 || !generic) return {};
   const std::string_view better = avx512 ? "SkylakeX" : "Haswell";
   return "typemesh: OpenBLAS does not know this CPU and runs its " + std::string(core) +
          " kernels, written for CPUs without AVX2; this CPU has " + (avx512 ? "AVX-512" : "AVX2") +
