@@ -1000,7 +1000,6 @@ class mpi_communicator {
   // expects less data, still names the mismatch (device::check_label).
   void recv_label(int from, void* out) { recv_with_label(from, out, detail::message_label::bytes, nullptr, 0); }
 
-
   // A message of direct_bytes or more passes MPI's eager limit, so MPI hands
   // it over with a handshake and finding it before receiving costs nothing
   // (the data still moves once, straight into `out`). Its size is then
