@@ -7,6 +7,9 @@
 // - the unpacked small-row GEMMs (backend/host/small_gemm.hpp) against a
 //   double loop, B as stored and transposed, with strides, alpha and beta
 //   (beta 0 never reading C), the same bits at 1, 2 and 3 threads;
+// - softmax rows and their gradients (vector_math.hpp) against double
+//   loops, and max pooling's step (backend/host/max_pool.hpp) against its
+//   plain loop, bit for bit;
 // - the dropout mask in vector lanes (backend/host/random_kernels.hpp)
 //   against the scalar formula, row by row and through dropout_mask_fill at
 //   1, 2 and 3 threads; and, on every CPU, the integer threshold of the
@@ -20,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include <typemesh/backend/host/max_pool.hpp>
 #include <typemesh/backend/host/random_kernels.hpp>
 #include <typemesh/backend/host/small_gemm.hpp>
 #include <typemesh/backend/host/vector_math.hpp>
@@ -138,6 +142,9 @@ struct isa_functions {
   void (*scaled_exp_shifted)(const float*, float, float, float*, std::int64_t);
   void (*tanh)(const float*, float*, std::int64_t);
   void (*lstm_gates)(float*, std::int64_t);
+  void (*softmax_row)(const float*, float*, std::int64_t);
+  void (*softmax_gradient_row)(const float*, const float*, float*, std::int64_t);
+  void (*max_pool_step)(float*, std::int64_t*, const float*, std::int64_t, std::int64_t);
 };
 
 std::vector<isa_functions> available() {
@@ -145,11 +152,13 @@ std::vector<isa_functions> available() {
   const auto isa = host::detected_simd_isa();
   if (isa >= host::simd_isa::avx2) {
     out.push_back({"avx2", vmath::exp_shifted_sum_avx2, vmath::scaled_exp_shifted_avx2, vmath::tanh_avx2,
-                   vmath::lstm_gates_avx2});
+                   vmath::lstm_gates_avx2, vmath::softmax_row_avx2, vmath::softmax_gradient_row_avx2,
+                   host::pool_simd::max_step_avx2});
   }
   if (isa >= host::simd_isa::avx512) {
     out.push_back({"avx512", vmath::exp_shifted_sum_avx512, vmath::scaled_exp_shifted_avx512, vmath::tanh_avx512,
-                   vmath::lstm_gates_avx512});
+                   vmath::lstm_gates_avx512, vmath::softmax_row_avx512, vmath::softmax_gradient_row_avx512,
+                   host::pool_simd::max_step_avx512});
   }
   return out;
 }
@@ -294,6 +303,74 @@ std::vector<float> wave(std::size_t count, double step) {
   std::vector<float> v(count);
   for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>(std::sin(static_cast<double>(i) * step));
   return v;
+}
+
+// A softmax row and its gradient against double loops, at widths below, at
+// and past a vector, rows far from zero included; and each row's results
+// the same bits wherever the row starts (its own lanes, not its neighbours').
+TEST(VectorMath, SoftmaxRowsMatchDoubleLoops) {
+  const auto isas = available();
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  for (const int n : {1, 7, 8, 16, 17, 100}) {
+    auto x = sweep(-6.0f, 5.0f, n);
+    for (int i = 0; i < n; i += 3) x[static_cast<std::size_t>(i)] += 300.0f;
+    const auto dy = sweep(-1.0f, 2.0f, n);
+    double top = x[0], sum = 0, dot = 0;
+    for (float v : x) top = std::max(top, static_cast<double>(v));
+    for (float v : x) sum += std::exp(v - top);
+    std::vector<double> y(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) y[i] = std::exp(x[i] - top) / sum;
+    for (int i = 0; i < n; ++i) dot += dy[i] * y[i];
+    for (const auto& f : isas) {
+      std::vector<float> got(static_cast<std::size_t>(n)), dx(static_cast<std::size_t>(n));
+      f.softmax_row(x.data(), got.data(), n);
+      std::vector<float> yf(got);  // the gradient takes the float y the forward gave
+      f.softmax_gradient_row(yf.data(), dy.data(), dx.data(), n);
+      for (int i = 0; i < n; ++i) {
+        const double want_dx = y[i] * (dy[i] - dot);
+        EXPECT_NEAR(got[i], y[i], 1e-7 + 1e-6 * y[i]) << f.name << ", y of " << n << " at " << i;
+        EXPECT_NEAR(dx[i], want_dx, 1e-7 + 1e-5 * std::abs(want_dx)) << f.name << ", dx of " << n << " at " << i;
+      }
+      // The same row one element further into a buffer: the same bits.
+      std::vector<float> x1(x.size() + 1), y1(x.size() + 1);
+      std::copy(x.begin(), x.end(), x1.begin() + 1);
+      f.softmax_row(x1.data() + 1, y1.data() + 1, n);
+      for (int i = 0; i < n; ++i) EXPECT_TRUE(same_bits(y1[i + 1], got[i])) << f.name << " at " << i;
+    }
+  }
+}
+
+// max pooling's step in lanes against the plain loop: the same maxima and
+// offsets to the bit, ties kept at the first, NaNs where the plain loop
+// puts them, at channel counts around the vector widths.
+TEST(MaxPoolStep, LanesMatchThePlainLoop) {
+  const auto isas = available();
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const int c : {1, 7, 8, 9, 16, 17, 40, 64}) {
+    const auto top0 = wave(static_cast<std::size_t>(c), 0.7);
+    auto v = wave(static_cast<std::size_t>(c), 1.3);
+    std::vector<std::int64_t> at0(static_cast<std::size_t>(c));
+    for (int k = 0; k < c; ++k) {
+      at0[k] = 1000 + 3 * k;
+      if (k % 5 == 2) v[k] = top0[k];  // a tie: the running maximum stays
+      if (k % 7 == 3) v[k] = nan;
+    }
+    auto want_top = top0;
+    auto want_at = at0;
+    if (c > 4) want_top[4] = nan;  // a NaN maximum so far: the plain loop never replaces it
+    auto start_top = want_top;
+    host::max_pool_step_plain(want_top.data(), want_at.data(), v.data(), c, 500);
+    for (const auto& f : isas) {
+      auto top = start_top;
+      auto at = at0;
+      f.max_pool_step(top.data(), at.data(), v.data(), c, 500);
+      for (int k = 0; k < c; ++k) {
+        EXPECT_TRUE(same_bits(top[k], want_top[k])) << f.name << ", " << c << " channels, channel " << k;
+        EXPECT_EQ(at[k], want_at[k]) << f.name << ", " << c << " channels, channel " << k;
+      }
+    }
+  }
 }
 
 // Runs the kernels of `isa` on `threads` threads of one device; C starts as

@@ -476,6 +476,46 @@ TEST(Softmax, StableForLargeLogits) {
   expect_close(got[1], {1 / total, e / total, 0.0, 1 / total}, 1e-14, "softmax of large logits");
 }
 
+// Float rows whole on the device take the host's vector kernels (lanes, a
+// zero-padded last vector): forward and backward against a double
+// reference computed here from the same float inputs, at row widths below,
+// at and past the vector widths, and with logits far from zero.
+TEST(Softmax, FloatRowsMatchADoubleReference) {
+  constexpr std::int64_t rows = 5;
+  for (const std::int64_t width : {1, 7, 16, 37, 128}) {
+    const auto n = static_cast<std::size_t>(rows * width);
+    std::vector<float> xs(n), cs(n);
+    const values xd = random_values(n, 31, -4, 4), cd = random_values(n, 32);
+    for (std::size_t i = 0; i < n; ++i) xs[i] = static_cast<float>(xd[i] + (i % 3 == 0 ? 500.0 : 0.0));
+    for (std::size_t i = 0; i < n; ++i) cs[i] = static_cast<float>(cd[i]);
+    const auto got = typemesh::launch(1, [&] {
+      M2 m({1, 1});
+      auto x = import_tensor<layout<>>(m, typemesh::host_tensor<float, S2>(S2{rows, width}, xs));
+      x.requires_grad("x");
+      auto c = import_tensor<layout<>>(m, typemesh::host_tensor<float, S2>(S2{rows, width}, cs));
+      auto y = typemesh::softmax<d_model>(x);
+      typemesh::backward(typemesh::reduce_sum(typemesh::mul(y, c)));
+      return std::array<std::vector<float>, 2>{typemesh::export_tensor(y.detached()).values(),
+                                               typemesh::export_tensor(x.grad()).values()};
+    })[0];
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto row = static_cast<std::size_t>(r * width);
+      double top = xs[row], sum = 0, dot = 0;
+      for (std::int64_t v = 0; v < width; ++v) top = std::max(top, static_cast<double>(xs[row + v]));
+      for (std::int64_t v = 0; v < width; ++v) sum += std::exp(xs[row + v] - top);
+      std::vector<double> y(static_cast<std::size_t>(width));
+      for (std::int64_t v = 0; v < width; ++v) y[v] = std::exp(xs[row + v] - top) / sum;
+      for (std::int64_t v = 0; v < width; ++v) dot += cs[row + v] * y[v];
+      for (std::int64_t v = 0; v < width; ++v) {
+        const double dx = y[v] * (cs[row + v] - dot);
+        EXPECT_NEAR(got[0][row + v], y[v], 1e-6 + 1e-5 * y[v]) << "y, width " << width << " row " << r << " col " << v;
+        EXPECT_NEAR(got[1][row + v], dx, 1e-6 + 1e-5 * std::abs(dx))
+            << "dx, width " << width << " row " << r << " col " << v;
+      }
+    }
+  }
+}
+
 // --- multihead attention ------------------------------------------------------------
 
 // Sizes: batch 2, length 4, d_model 4, heads 2, d_k 3, d_v 2; memory_length

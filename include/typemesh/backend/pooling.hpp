@@ -6,10 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "typemesh/backend/config.hpp"
 #include "typemesh/backend/conv.hpp"
+#include "typemesh/backend/host/max_pool.hpp"
 #include "typemesh/backend/parallel.hpp"
+#include "typemesh/core/space.hpp"
 
 namespace typemesh::backend {
 
@@ -23,31 +26,63 @@ struct pool_geometry {
   TYPEMESH_HOST_DEVICE std::int64_t window_elements() const { return h.size * w.size; }
 };
 
+namespace detail {
+// The window of output o: its first element copied, then each later one
+// taken where larger by step(top, at, v, channels, offset of v in x).
+template <class T, class Step>
+TYPEMESH_CALLS_CALLER
+TYPEMESH_HOST_DEVICE void max_pool_window(const T* x, T* y, std::int64_t* argmax, const pool_geometry& g,
+                                          std::int64_t o, Step step) {
+  const std::int64_t c = g.channels, pix = g.h.out * g.w.out;
+  const std::int64_t b = o / pix, oh = (o % pix) / g.w.out, ow = o % g.w.out;
+  const std::int64_t h0 = g.h.first(oh), h1 = g.h.last(oh), w0 = g.w.first(ow), w1 = g.w.last(ow);
+  T* top = y + o * c;
+  std::int64_t* at = argmax + o * c;
+  for (std::int64_t ih = h0; ih < h1; ++ih) {
+    for (std::int64_t iw = w0; iw < w1; ++iw) {
+      const std::int64_t in = ((b * g.h.in + ih) * g.w.in + iw) * c;
+      if (ih == h0 && iw == w0) {
+        for (std::int64_t k = 0; k < c; ++k) {
+          top[k] = x[in + k];
+          at[k] = in + k;
+        }
+      } else {
+        step(top, at, x + in, c, in);
+      }
+    }
+  }
+}
+
+struct plain_max_step {
+  template <class T>
+  TYPEMESH_HOST_DEVICE void operator()(T* top, std::int64_t* at, const T* v, std::int64_t c,
+                                       std::int64_t offset) const {
+    host::max_pool_step_plain(top, at, v, c, offset);
+  }
+};
+}  // namespace detail
+
 // y = the window maxima; argmax[i] = the offset in x of y[i]'s maximum, the
-// first in window order on ties.
+// first in window order on ties. The host's step runs in vector lanes.
 template <class Space, class T>
 void max_pool_forward(Space s, const T* x, T* y, std::int64_t* argmax, const pool_geometry& g) {
-  parallel_for(
-      s, g.images * g.h.out * g.w.out,
-      [=] TYPEMESH_KERNEL(std::int64_t o) {
-        const std::int64_t c = g.channels, pix = g.h.out * g.w.out;
-        const std::int64_t b = o / pix, oh = (o % pix) / g.w.out, ow = o % g.w.out, out = o * c;
-        const std::int64_t h1 = g.h.last(oh), w0 = g.w.first(ow), w1 = g.w.last(ow);
-        bool first = true;
-        for (std::int64_t ih = g.h.first(oh); ih < h1; ++ih) {
-          for (std::int64_t iw = w0; iw < w1; ++iw) {
-            const std::int64_t in = ((b * g.h.in + ih) * g.w.in + iw) * c;
-            for (std::int64_t k = 0; k < c; ++k) {
-              if (first || y[out + k] < x[in + k]) {
-                y[out + k] = x[in + k];
-                argmax[out + k] = in + k;
-              }
-            }
-            first = false;
-          }
-        }
-      },
-      grain_for(g.window_elements() * g.channels));
+  const std::int64_t outputs = g.images * g.h.out * g.w.out;
+  if constexpr (std::is_same_v<Space, host_space>) {
+    parallel_for(
+        s, outputs,
+        [=](std::int64_t o) {
+          detail::max_pool_window(x, y, argmax, g, o, [](T* top, std::int64_t* at, const T* v, std::int64_t c,
+                                                         std::int64_t offset) {
+            host::max_pool_step(top, at, v, c, offset);
+          });
+        },
+        grain_for(g.window_elements() * g.channels));
+  } else {
+    parallel_for(
+        s, outputs,
+        [=] TYPEMESH_KERNEL(std::int64_t o) { detail::max_pool_window(x, y, argmax, g, o, detail::plain_max_step{}); },
+        grain_for(g.window_elements() * g.channels));
+  }
 }
 
 // Channels one index of max_pool_grad takes, where windows overlap: a run

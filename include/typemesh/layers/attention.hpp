@@ -28,6 +28,7 @@
 #include "typemesh/backend/config.hpp"
 #include "typemesh/backend/functors.hpp"
 #include "typemesh/backend/random.hpp"
+#include "typemesh/backend/softmax.hpp"
 #include "typemesh/core/diagnostics.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/shape_algebra.hpp"
@@ -130,9 +131,11 @@ TYPEMESH_DIAGNOSTIC(positional_encoding_shape, (class Len, class DModel, class S
 // --- softmax ----------------------------------------------------------------------
 
 // exp(x) / sum_D exp(x), computed as exp(x - max_D x) so that it never
-// overflows. D may be split over an axis: the max and the sum are then
-// allreduced over it (forward), and so is the sum in the gradient
-// dx = y * (dy - sum_D(dy * y)).
+// overflows. Where D is x's last dim and whole on every device (the
+// attention logits' MLen unless it is split), forward and backward are one
+// row kernel each (backend/softmax.hpp). Otherwise D may be split over an
+// axis: the max and the sum are then allreduced over it (forward), and so
+// is the sum in the gradient dx = y * (dy - sum_D(dy * y)).
 template <class D, class T, class S, class L, class M>
 tensor<T, S, L, M> softmax(const tensor<T, S, L, M>& x) {
   using t = tensor<T, S, L, M>;
@@ -142,18 +145,36 @@ tensor<T, S, L, M> softmax(const tensor<T, S, L, M>& x) {
   } else {
     using R = shape_without<S, D>;  // one value per row
     using RL = canonical<R, L>;
-    const R rows = ops_detail::reduced_sizes<S, D>(x.shape());
-    const auto largest = ops_detail::reduce_to<R, RL>(x, rows, reduce_op::max);
-    const t e =
-        ops_detail::broadcast_apply<S, L>(x, largest, x.shape(), backend::exp_of_difference{});
-    const auto total = ops_detail::reduce_to<R, RL>(e, rows, reduce_op::sum);
-    t y = ops_detail::broadcast_apply<S, L>(e, total, x.shape(), backend::divides{});
-    return record(std::move(y), "softmax", gradient_of(x, [yv = y.detached(), rows](const t& dy) {
-                    const t dy_y = ops_detail::apply2(dy, yv, backend::multiplies{});
-                    const auto row_dot = ops_detail::reduce_to<R, RL>(dy_y, rows, reduce_op::sum);
-                    const t y_dot = ops_detail::broadcast_apply<S, L>(yv, row_dot, yv.shape(), backend::multiplies{});
-                    return ops_detail::apply2(dy_y, y_dot, backend::minus{});
-                  }));
+    constexpr bool rows_of_d = std::is_same_v<shape_append<R, D>, S> &&
+                               !ops_detail::any(ops_detail::summed_axes<S, L, R, M>());
+    if constexpr (rows_of_d) {
+      t y(x.mesh(), x.shape(), uninitialized);  // the kernel writes every element
+      const std::int64_t width = x.template local_extent<D>();
+      if (x.holds_data() && width > 0) {
+        backend::softmax_forward(x.space(), x.data(), y.data(), x.local_size() / width, width);
+      }
+      return record(std::move(y), "softmax", gradient_of(x, [yv = y.detached(), width](const t& dy) {
+                      t dx(dy.mesh(), dy.shape(), uninitialized);
+                      if (dy.holds_data() && width > 0) {
+                        backend::softmax_gradient(dy.space(), yv.data(), dy.data(), dx.data(),
+                                                  dy.local_size() / width, width);
+                      }
+                      return dx;
+                    }));
+    } else {
+      const R rows = ops_detail::reduced_sizes<S, D>(x.shape());
+      const auto largest = ops_detail::reduce_to<R, RL>(x, rows, reduce_op::max);
+      const t e = ops_detail::broadcast_apply<S, L>(x, largest, x.shape(), backend::exp_of_difference{});
+      const auto total = ops_detail::reduce_to<R, RL>(e, rows, reduce_op::sum);
+      t y = ops_detail::broadcast_apply<S, L>(e, total, x.shape(), backend::divides{});
+      return record(std::move(y), "softmax", gradient_of(x, [yv = y.detached(), rows](const t& dy) {
+                      const t dy_y = ops_detail::apply2(dy, yv, backend::multiplies{});
+                      const auto row_dot = ops_detail::reduce_to<R, RL>(dy_y, rows, reduce_op::sum);
+                      const t y_dot =
+                          ops_detail::broadcast_apply<S, L>(yv, row_dot, yv.shape(), backend::multiplies{});
+                      return ops_detail::apply2(dy_y, y_dot, backend::minus{});
+                    }));
+    }
   }
 }
 

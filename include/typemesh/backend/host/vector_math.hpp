@@ -1,8 +1,9 @@
 // exp, sigmoid and tanh over float arrays on the host, in AVX-512 or AVX2
 // (host/simd.hpp), for the kernels that spend their time in them: the LSTM's
-// gates (backend/lstm.hpp) and softmax cross-entropy's rows
-// (backend/softmax_cross_entropy.hpp). The C library's expf and tanhf run
-// one element at a time, and tanhf goes through expm1f: in the RNNLM step
+// gates (backend/lstm.hpp), softmax cross-entropy's rows
+// (backend/softmax_cross_entropy.hpp) and softmax's rows
+// (backend/softmax.hpp). The C library's expf and tanhf run one element at a
+// time, and tanhf goes through expm1f: in the RNNLM step
 // they took a tenth of the time.
 //
 // The functions are the classic Cephes single-precision ones, evaluated in
@@ -189,6 +190,84 @@ template <class V>
   map<V>(x, y, n, scaled_exp_of<V>{shift, scale});
 }
 
+// The largest x[i], i < n (n > 0), lane by lane in index order, the lanes
+// then compared in lane order. Exact, so it equals a sequential maximum
+// wherever x holds no NaN.
+template <class V>
+[[gnu::always_inline]] inline float max_of(const float* x, std::int64_t n) {
+  constexpr int w = lanes<V>;
+  const float lowest = -__builtin_inff();
+  V acc = V{} + lowest;
+  std::int64_t i = 0;
+  for (; i + w <= n; i += w) {
+    V v;
+    load(v, x + i);
+    acc = v > acc ? v : acc;
+  }
+  if (i < n) {
+    float part[w];
+    std::fill(part, part + w, lowest);
+    std::copy(x + i, x + n, part);
+    V v;
+    load(v, part);
+    acc = v > acc ? v : acc;
+  }
+  float top = acc[0];
+  for (int l = 1; l < w; ++l) top = acc[l] > top ? acc[l] : top;
+  return top;
+}
+
+// One softmax row: y[i] = exp(x[i] - max) / sum_j exp(x[j] - max), i < n
+// (n > 0). The exponentials are computed twice, for the sum and for y, which
+// costs less than a second pass over y while the row is in L1.
+template <class V>
+[[gnu::always_inline]] inline void softmax_row(const float* x, float* y, std::int64_t n) {
+  const float top = max_of<V>(x, n);
+  const float sum = exp_shifted_sum<V>(x, top, n);
+  scaled_exp_shifted<V>(x, top, 1.0f / sum, y, n);
+}
+
+// One softmax row's gradient: dx[i] = y[i] * (dy[i] - sum_j dy[j] y[j]),
+// i < n, the sum lane by lane in index order, the lanes then added in lane
+// order. The last partial vector is zero-padded, so every element goes
+// through the same instructions.
+template <class V>
+[[gnu::always_inline]] inline void softmax_gradient_row(const float* y, const float* dy, float* dx,
+                                                        std::int64_t n) {
+  constexpr int w = lanes<V>;
+  V acc{};
+  std::int64_t i = 0;
+  for (; i + w <= n; i += w) {
+    V a, b;
+    load(a, y + i);
+    load(b, dy + i);
+    acc += a * b;
+  }
+  const std::int64_t tail = n - i;
+  float y_part[w] = {}, dy_part[w] = {}, dx_part[w];
+  std::copy(y + i, y + n, y_part);
+  std::copy(dy + i, dy + n, dy_part);
+  V a, b;
+  if (tail > 0) {
+    load(a, y_part);
+    load(b, dy_part);
+    acc += a * b;
+  }
+  float dot = 0.0f;
+  for (int l = 0; l < w; ++l) dot += acc[l];
+  for (i = 0; i + w <= n; i += w) {
+    load(a, y + i);
+    load(b, dy + i);
+    store(dx + i, a * (b - dot));
+  }
+  if (tail > 0) {
+    load(a, y_part);
+    load(b, dy_part);
+    store(dx_part, a * (b - dot));
+    std::copy(dx_part, dx_part + tail, dx + i);
+  }
+}
+
 // The LSTM's gate activations over z = [units, 4] (i, f, g, o), in place:
 // sigmoid of i, f and o, tanh of g. n is 4 x units, so a vector holds whole
 // units and the gate pattern repeats every 4 lanes.
@@ -224,6 +303,19 @@ TYPEMESH_AVX512 inline void tanh_avx512(const float* x, float* y, std::int64_t n
 TYPEMESH_AVX2 inline void tanh_avx2(const float* x, float* y, std::int64_t n) {
   map<simd::v8>(x, y, n, tanh_of<simd::v8>{});
 }
+TYPEMESH_AVX512 inline void softmax_row_avx512(const float* x, float* y, std::int64_t n) {
+  softmax_row<simd::v16>(x, y, n);
+}
+TYPEMESH_AVX2 inline void softmax_row_avx2(const float* x, float* y, std::int64_t n) {
+  softmax_row<simd::v8>(x, y, n);
+}
+TYPEMESH_AVX512 inline void softmax_gradient_row_avx512(const float* y, const float* dy, float* dx,
+                                                        std::int64_t n) {
+  softmax_gradient_row<simd::v16>(y, dy, dx, n);
+}
+TYPEMESH_AVX2 inline void softmax_gradient_row_avx2(const float* y, const float* dy, float* dx, std::int64_t n) {
+  softmax_gradient_row<simd::v8>(y, dy, dx, n);
+}
 TYPEMESH_AVX512 inline void lstm_gates_avx512(float* z, std::int64_t n) { lstm_gates<simd::v16>(z, n); }
 TYPEMESH_AVX2 inline void lstm_gates_avx2(float* z, std::int64_t n) { lstm_gates<simd::v8>(z, n); }
 #undef TYPEMESH_AVX512
@@ -252,6 +344,26 @@ inline void scaled_exp_shifted(const float* x, float shift, float scale, float* 
   else vmath::scaled_exp_shifted_avx2(x, shift, scale, y, n);
 #else
   (void)x, (void)shift, (void)scale, (void)y, (void)n;
+#endif
+}
+
+// One softmax row of n > 0 elements (vmath::softmax_row).
+inline void softmax_row(const float* x, float* y, std::int64_t n) {
+#if TYPEMESH_HOST_SIMD
+  if (detected_simd_isa() == simd_isa::avx512) vmath::softmax_row_avx512(x, y, n);
+  else vmath::softmax_row_avx2(x, y, n);
+#else
+  (void)x, (void)y, (void)n;
+#endif
+}
+
+// One softmax row's gradient (vmath::softmax_gradient_row).
+inline void softmax_gradient_row(const float* y, const float* dy, float* dx, std::int64_t n) {
+#if TYPEMESH_HOST_SIMD
+  if (detected_simd_isa() == simd_isa::avx512) vmath::softmax_gradient_row_avx512(y, dy, dx, n);
+  else vmath::softmax_gradient_row_avx2(y, dy, dx, n);
+#else
+  (void)y, (void)dy, (void)dx, (void)n;
 #endif
 }
 
