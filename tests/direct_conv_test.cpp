@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -248,6 +249,20 @@ TEST(DirectConv, ShapesOutsideTheRuleAndDoublesTakeIm2col) {
   const auto dy = random_floats(std::size_t(g.images * g.h.out * g.w.out * g.out_channels), 9);
   expect_near(run(product::forward, g, x, f, dy, conv_isa::avx512, 1), naive(product::forward, g, x, f, dy),
               "20 out-channels");
+}
+
+// A device that holds no in-channels (the channels split unevenly) computes
+// no products, but still writes its output: zeros, whatever was there.
+TEST(DirectConv, AnEmptyPatchWritesZeros) {
+  for (const int c : {0, 16}) {
+    be::conv_geometry g = geometry({2, 5, 5, c, 16, 3, 3, 1, 1, true});
+    if (c != 0) g.h.size = 0;  // no filter rows: an empty patch again
+    std::vector<float> out(std::size_t(g.images * g.out_pixels() * g.out_channels),
+                           std::numeric_limits<float>::quiet_NaN());
+    const std::vector<float> x(std::size_t(g.images * g.h.in * g.w.in * std::max(c, 1)), 1.0f), f(16, 1.0f);
+    be::conv_forward(host_space{}, x.data(), f.data(), out.data(), g);
+    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 0.0f) << c << " channels, element " << i;
+  }
 }
 
 }  // namespace

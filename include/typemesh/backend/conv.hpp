@@ -16,6 +16,7 @@
 #include "typemesh/backend/blas.hpp"
 #include "typemesh/backend/config.hpp"
 #include "typemesh/backend/host/direct_conv.hpp"
+#include "typemesh/backend/kernels.hpp"
 #include "typemesh/backend/parallel.hpp"
 #include "typemesh/backend/storage.hpp"
 
@@ -183,11 +184,14 @@ host::conv_isa direct_image_grad_isa(const conv_geometry& g) {
   }
 }
 
-// out = columns(image) . filter, a chunk of images at a time. An empty
-// geometry leaves `out` as it is.
+// out = columns(image) . filter, a chunk of images at a time. Writes every
+// element of out: zeros where the patch is empty (no in-channels here).
 template <class Space, class T>
 void conv_forward(Space s, const T* image, const T* filter, T* out, const conv_geometry& g) {
-  if (g.empty()) return;
+  if (g.empty()) {
+    fill(s, out, g.images * g.out_pixels() * g.out_channels, T{0});
+    return;
+  }
   if constexpr (std::is_same_v<T, float>) {
     if (const auto isa = direct_isa<Space, T>(g); isa != host::conv_isa::none) {
       host::direct_conv_forward(image, filter, out, direct_shape(g), isa);

@@ -322,20 +322,28 @@ auto kept(Tensor&& t) {
   else return std::remove_cvref_t<Tensor>(std::move(t));
 }
 
-// A new tensor of type Out (zeros), which `fill` writes with its dims in the
-// order of Ordered (the same dims): written in place when Out's order is
-// Ordered, else through a tensor in that order and a local transpose.
-template <class Out, class Ordered, class Fill>
+// Whether a new tensor starts as zeros (for kernels that add into it) or
+// uninitialised (for kernels that write every element).
+enum class start { zeros, unwritten };
+
+// A new tensor of type Out, which `fill` writes with its dims in the order
+// of Ordered (the same dims): written in place when Out's order is Ordered,
+// else through a tensor in that order and a local transpose.
+template <class Out, class Ordered, start Start = start::zeros, class Fill>
 Out filled_in_order(const typename Out::mesh_type& m, const typename Out::shape_type& s, Fill&& fill) {
   using S = typename Out::shape_type;
   using L = typename Out::layout_type;
+  auto make = [&]<class Tensor>(const typename Tensor::shape_type& shape) {
+    if constexpr (Start == start::zeros) return Tensor(m, shape);
+    else return Tensor(m, shape, uninitialized);
+  };
   if constexpr (std::is_same_v<S, Ordered>) {
-    Out out(m, s);
+    Out out = make.template operator()<Out>(s);
     fill(out);
     return out;
   } else {
-    tensor<typename Out::value_type, Ordered, canonical<Ordered, L>, typename Out::mesh_type> t(
-        m, shape_from<Ordered>(s));
+    using ordered_t = tensor<typename Out::value_type, Ordered, canonical<Ordered, L>, typename Out::mesh_type>;
+    ordered_t t = make.template operator()<ordered_t>(shape_from<Ordered>(s));
     fill(t);
     return ops_detail::broadcast_to<S, L>(t, s);
   }
@@ -441,7 +449,8 @@ auto conv2d(const tensor<T, SX, LX, MX>& x, const tensor<T, SF, LF, MF>& filter,
 
     auto&& xn = conv_detail::in_order<XN>(x);
     auto&& fn = conv_detail::in_order<FN>(filter);
-    out_t out = conv_detail::filled_in_order<out_t, ON>(x.mesh(), out_shape, [&](auto& y) {
+    // conv_forward writes every element (zeros where the geometry is empty).
+    out_t out = conv_detail::filled_in_order<out_t, ON, conv_detail::start::unwritten>(x.mesh(), out_shape, [&](auto& y) {
       if (y.holds_data()) backend::conv_forward(y.space(), xn.data(), fn.data(), y.data(), g);
     });
     // The in-channels are summed: where they are split, the devices along their axis hold partial sums.

@@ -153,7 +153,9 @@ auto max_pool2d(const tensor<T, S, L, M>& x, const pool2d_options& options) {
     auto&& xn = conv_detail::in_order<typename P::PN>(x);
     using argmax_t = backend::storage<std::int64_t, space_of<M>>;
     std::shared_ptr<argmax_t> argmax;
-    out_t out = conv_detail::filled_in_order<out_t, typename P::ON>(x.mesh(), p.out_shape, [&](auto& y) {
+    // Every window holds an element of the image, so every output is written.
+    out_t out = conv_detail::filled_in_order<out_t, typename P::ON, conv_detail::start::unwritten>(
+        x.mesh(), p.out_shape, [&](auto& y) {
       argmax = std::make_shared<argmax_t>(static_cast<std::size_t>(y.local_size()));
       backend::max_pool_forward(y.space(), xn.data(), y.data(), backend::view(*argmax).data(), p.g);
     });
