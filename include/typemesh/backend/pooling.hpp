@@ -29,8 +29,8 @@ struct pool_geometry {
 namespace detail {
 // The window of output o: its first element copied, then each later one
 // taken where larger by step(top, at, v, channels, offset of v in x).
-template <class T, class Step>
 TYPEMESH_CALLS_CALLER
+template <class T, class Step>
 TYPEMESH_HOST_DEVICE void max_pool_window(const T* x, T* y, std::int64_t* argmax, const pool_geometry& g,
                                           std::int64_t o, Step step) {
   const std::int64_t c = g.channels, pix = g.h.out * g.w.out;
