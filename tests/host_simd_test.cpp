@@ -8,7 +8,7 @@
 //   double loop, B as stored and transposed, with strides, alpha and beta
 //   (beta 0 never reading C), the same bits at 1, 2 and 3 threads;
 // - softmax rows and their gradients (vector_math.hpp) against double
-//   loops, and max pooling's step (backend/host/max_pool.hpp) against its
+//   loops, a row's maximum against the sequential one, and max pooling's step (backend/host/max_pool.hpp) against its
 //   plain loop, bit for bit;
 // - the dropout mask in vector lanes (backend/host/random_kernels.hpp)
 //   against the scalar formula, row by row and through dropout_mask_fill at
@@ -145,6 +145,7 @@ struct isa_functions {
   void (*softmax_row)(const float*, float*, std::int64_t);
   void (*softmax_gradient_row)(const float*, const float*, float*, std::int64_t);
   void (*max_pool_step)(float*, std::int64_t*, const float*, std::int64_t, std::int64_t);
+  float (*max_of)(const float*, std::int64_t);
 };
 
 std::vector<isa_functions> available() {
@@ -153,12 +154,12 @@ std::vector<isa_functions> available() {
   if (isa >= host::simd_isa::avx2) {
     out.push_back({"avx2", vmath::exp_shifted_sum_avx2, vmath::scaled_exp_shifted_avx2, vmath::tanh_avx2,
                    vmath::lstm_gates_avx2, vmath::softmax_row_avx2, vmath::softmax_gradient_row_avx2,
-                   host::pool_simd::max_step_avx2});
+                   host::pool_simd::max_step_avx2, vmath::max_of_avx2});
   }
   if (isa >= host::simd_isa::avx512) {
     out.push_back({"avx512", vmath::exp_shifted_sum_avx512, vmath::scaled_exp_shifted_avx512, vmath::tanh_avx512,
                    vmath::lstm_gates_avx512, vmath::softmax_row_avx512, vmath::softmax_gradient_row_avx512,
-                   host::pool_simd::max_step_avx512});
+                   host::pool_simd::max_step_avx512, vmath::max_of_avx512});
   }
   return out;
 }
@@ -337,6 +338,27 @@ TEST(VectorMath, SoftmaxRowsMatchDoubleLoops) {
       f.softmax_row(x1.data() + 1, y1.data() + 1, n);
       for (int i = 0; i < n; ++i) EXPECT_TRUE(same_bits(y1[i + 1], got[i])) << f.name << " at " << i;
     }
+  }
+}
+
+// A row's maximum in lanes: the sequential maximum of its numbers, NaNs
+// passed over wherever they lie, -inf for none.
+TEST(VectorMath, MaxOfIsTheSequentialMaximumPassingOverNaNs) {
+  const auto isas = available();
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const int n : {0, 1, 7, 16, 17, 100}) {
+    auto x = wave(static_cast<std::size_t>(n), 0.37);
+    for (int i = 0; i < n; i += 5) x[i] = nan;
+    if (n > 3) x[static_cast<std::size_t>(n - 2)] = 1.5f;  // the maximum, late in the row
+    float want = -inf;
+    for (float v : x)
+      if (v > want) want = v;
+    for (const auto& f : isas) EXPECT_TRUE(same_bits(f.max_of(x.data(), n), want)) << f.name << ", " << n << " elements";
+  }
+  for (const auto& f : isas) {
+    const float all_nan[3] = {nan, nan, nan};
+    EXPECT_EQ(f.max_of(all_nan, 3), -inf) << f.name;
   }
 }
 

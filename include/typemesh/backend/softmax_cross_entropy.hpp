@@ -23,9 +23,23 @@ struct softmax_rows {
   std::int64_t rows, held, first;
 };
 
-// top[r] = max over the row's columns, starting from `lowest`.
+// top[r] = max over the row's columns, starting from `lowest`. (The host's
+// float rows in vector lanes: the same maxima, but a NaN is passed over
+// instead of taken where it falls; its row's loss is NaN either way.)
 template <class Space, class T>
 void softmax_row_max(Space s, const T* x, T* top, softmax_rows g, T lowest) {
+  if constexpr (host::vector_math_types<Space, T>) {
+    if (host::vector_math_enabled()) {
+      parallel_for(
+          s, g.rows,
+          [=](std::int64_t r) {
+            const float m = host::max_floats(x + r * g.held, g.held);
+            top[r] = m > lowest ? m : lowest;
+          },
+          grain_for(g.held));
+      return;
+    }
+  }
   parallel_for(
       s, g.rows,
       [=] TYPEMESH_KERNEL(std::int64_t r) {

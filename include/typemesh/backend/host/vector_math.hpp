@@ -1,6 +1,6 @@
-// exp, sigmoid and tanh over float arrays on the host, in AVX-512 or AVX2
-// (host/simd.hpp), for the kernels that spend their time in them: the LSTM's
-// gates (backend/lstm.hpp), softmax cross-entropy's rows
+// exp, sigmoid, tanh and maxima over float arrays on the host, in AVX-512 or
+// AVX2 (host/simd.hpp), for the kernels that spend their time in them: the
+// LSTM's gates (backend/lstm.hpp), softmax cross-entropy's rows
 // (backend/softmax_cross_entropy.hpp) and softmax's rows
 // (backend/softmax.hpp). The C library's expf and tanhf run one element at a
 // time, and tanhf goes through expm1f: in the RNNLM step
@@ -190,9 +190,9 @@ template <class V>
   map<V>(x, y, n, scaled_exp_of<V>{shift, scale});
 }
 
-// The largest x[i], i < n (n > 0), lane by lane in index order, the lanes
-// then compared in lane order. Exact, so it equals a sequential maximum
-// wherever x holds no NaN.
+// The largest x[i], i < n, lane by lane in index order, the lanes then
+// compared in lane order; NaNs are passed over, and -inf is the maximum of
+// none. Exact, so it equals a sequential maximum wherever x holds no NaN.
 template <class V>
 [[gnu::always_inline]] inline float max_of(const float* x, std::int64_t n) {
   constexpr int w = lanes<V>;
@@ -303,6 +303,8 @@ TYPEMESH_AVX512 inline void tanh_avx512(const float* x, float* y, std::int64_t n
 TYPEMESH_AVX2 inline void tanh_avx2(const float* x, float* y, std::int64_t n) {
   map<simd::v8>(x, y, n, tanh_of<simd::v8>{});
 }
+TYPEMESH_AVX512 inline float max_of_avx512(const float* x, std::int64_t n) { return max_of<simd::v16>(x, n); }
+TYPEMESH_AVX2 inline float max_of_avx2(const float* x, std::int64_t n) { return max_of<simd::v8>(x, n); }
 TYPEMESH_AVX512 inline void softmax_row_avx512(const float* x, float* y, std::int64_t n) {
   softmax_row<simd::v16>(x, y, n);
 }
@@ -344,6 +346,18 @@ inline void scaled_exp_shifted(const float* x, float shift, float scale, float* 
   else vmath::scaled_exp_shifted_avx2(x, shift, scale, y, n);
 #else
   (void)x, (void)shift, (void)scale, (void)y, (void)n;
+#endif
+}
+
+// The largest of x[i], i < n, ignoring NaNs; -inf where there is none
+// (vmath::max_of).
+inline float max_floats(const float* x, std::int64_t n) {
+#if TYPEMESH_HOST_SIMD
+  if (detected_simd_isa() == simd_isa::avx512) return vmath::max_of_avx512(x, n);
+  return vmath::max_of_avx2(x, n);
+#else
+  (void)x, (void)n;
+  return 0.0f;
 #endif
 }
 
