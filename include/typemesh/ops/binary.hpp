@@ -80,6 +80,12 @@ struct linear_contribution {
   }
 };
 
+// Whether a linear op's contribution is dy itself (add's both, sub's first;
+// specialised below the ops): the gradient then passes dy on, sharing its
+// elements, instead of copying it.
+template <class D>
+inline constexpr bool passes_dy_on = false;
+
 // A binary op: its value f, and the contributions da(a, b, dy), db(a, b, dy)
 // to the gradients of a and b (shaped like the output, before summing).
 // Linear ops (add, sub) have contributions that do not depend on a and b, so
@@ -105,6 +111,7 @@ auto binary(const char* what, const tensor<T, SA, LA, MA>& a, const tensor<T, SB
     if constexpr (!Linear) av = a.detached(), bv = b.detached();
     // One input's contribution d_of(a, b, dy), elementwise over the output.
     auto contribution = [s](const out_t& dy, const auto& av, const auto& bv, auto d_of) {
+      if constexpr (Linear && passes_dy_on<decltype(d_of)>) return dy;
       out_t g(dy.mesh(), s, uninitialized);
       if constexpr (Linear) {
         backend::map(g.space(), dy.data(), g.data(), g.local_size(), linear_contribution<decltype(d_of)>{d_of});
@@ -175,6 +182,15 @@ TYPEMESH_BINARY(div, false, x / y, ((void)x, d / y), -d * x / (y * y))
 TYPEMESH_BINARY(maximum, false, x < y ? y : x, x < y ? T{0} : d, x < y ? d : T{0})
 TYPEMESH_BINARY(minimum, false, y < x ? y : x, y < x ? T{0} : d, y < x ? d : T{0})
 #undef TYPEMESH_BINARY
+
+namespace ops_detail {
+template <>
+inline constexpr bool passes_dy_on<add_da> = true;
+template <>
+inline constexpr bool passes_dy_on<add_db> = true;
+template <>
+inline constexpr bool passes_dy_on<sub_da> = true;
+}  // namespace ops_detail
 
 template <class T, class SA, class LA, class MA, class SB, class LB, class MB>
 auto operator+(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
