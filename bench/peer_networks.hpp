@@ -102,8 +102,7 @@ auto mlp(const Mesh& m, TimeSteps&& time_steps) {
     auto h = typemesh::dense(x, w1, b1, typemesh::activation::relu);
     auto logits = typemesh::dense(h, w2, b2);
     auto loss = typemesh::reduce_mean(typemesh::softmax_cross_entropy<classes>(logits, y));
-    typemesh::backward(loss);
-    opt.step(w1, b1, w2, b2);
+    opt.minimize(loss, w1, b1, w2, b2);
     return static_cast<double>(loss.item());
   });
 }
@@ -130,8 +129,7 @@ auto transformer(const Mesh& m, TimeSteps&& time_steps) {
     auto h = typemesh::layer_norm<d_model>(x + attended, ln1_scale, ln1_bias);
     auto y = typemesh::layer_norm<d_model>(h + typemesh::dense_relu_dense(h, w1, w2), ln2_scale, ln2_bias);
     auto loss = typemesh::reduce_mean(y);
-    typemesh::backward(loss);
-    opt.step(wq, wk, wv, wo, ln1_scale, ln1_bias, w1, w2, ln2_scale, ln2_bias);
+    opt.minimize(loss, wq, wk, wv, wo, ln1_scale, ln1_bias, w1, w2, ln2_scale, ln2_bias);
     return static_cast<double>(loss.item());
   });
 }
@@ -154,8 +152,7 @@ auto rnnlm(const Mesh& m, TimeSteps&& time_steps) {
     auto h = typemesh::lstm<seq>(x, std::vector{w0, w1});
     auto logits = typemesh::dense(h, proj);  // [batch, seq, vocab]
     auto loss = typemesh::reduce_mean(typemesh::softmax_cross_entropy<vocab>(logits, targets));
-    typemesh::backward(loss);
-    opt.step(table, w0, w1, proj);
+    opt.minimize(loss, table, w0, w1, proj);
     return static_cast<double>(loss.item());
   });
 }
@@ -177,8 +174,7 @@ auto conv(const Mesh& m, TimeSteps&& time_steps) {
     auto pooled = typemesh::max_pool2d<height, width>(features_map, {.window = {2, 2}});
     auto logits = typemesh::dense(pooled, w, b);  // sums height, width, out_channels
     auto loss = typemesh::reduce_mean(typemesh::softmax_cross_entropy<classes>(logits, y));
-    typemesh::backward(loss);
-    opt.step(filter, w, b);
+    opt.minimize(loss, filter, w, b);
     return static_cast<double>(loss.item());
   });
 }

@@ -315,9 +315,8 @@ class alexnet {
     auto cross_entropy = typemesh::softmax_cross_entropy<classes>(logits, labels);  // [batch]
     auto loss = typemesh::reduce_mean(cross_entropy);
 
-    typemesh::backward(loss);
-    opt_.step(conv1_w_, conv1_b_, conv2_w_, conv2_b_, conv3_w_, conv3_b_, conv4_w_, conv4_b_, conv5_w_, conv5_b_,
-              fc6_w_, fc6_b_, fc7_w_, fc7_b_, fc8_w_, fc8_b_);
+    opt_.minimize(loss, conv1_w_, conv1_b_, conv2_w_, conv2_b_, conv3_w_, conv3_b_, conv4_w_, conv4_b_, conv5_w_,
+                  conv5_b_, fc6_w_, fc6_b_, fc7_w_, fc7_b_, fc8_w_, fc8_b_);
     if (!loss.holds_data()) return std::nullopt;
     return loss.local()[0];
   }

@@ -263,8 +263,7 @@ class rnnlm {
 
     auto loss = masked_mean(cross_entropy, b.target_mask);
 
-    typemesh::backward(loss);
-    opt_.step(embedding_, rnn_w0_, rnn_w1_, proj_);
+    opt_.minimize(loss, embedding_, rnn_w0_, rnn_w1_, proj_);
     if (!loss.holds_data()) return std::nullopt;
     return loss.local()[0];
   }

@@ -186,6 +186,69 @@ struct shape_form_case {  // einsum<Out> with Out computed by the shape algebra,
   }
 };
 
+// The local contraction with alpha and beta (out = alpha * sum + beta * out,
+// what an SGD step folded into a weight gradient's product asks for), on
+// every path the kernel has, against a brute-force sum over the index space:
+// a GEMM into out as stored, into out transposed, into a staged copy, the
+// general fold (a summed dim in one operand only), and an empty sum.
+TEST(Contract, ScalesAndAddsOnEveryPath) {
+  using typemesh::backend::dims;
+  auto make = [](std::vector<std::pair<int, std::int64_t>> ds) {
+    dims d;
+    for (auto [id, extent] : ds) d.id[d.rank] = id, d.extent[d.rank++] = extent;
+    return d;
+  };
+  // Row-major offset of x's element at the index `at` (by dim id).
+  auto offset = [](const dims& x, const std::array<std::int64_t, 8>& at) {
+    std::int64_t o = 0;
+    for (int i = 0; i < x.rank; ++i) o = o * x.extent[i] + at[x.id[i]];
+    return o;
+  };
+  struct case_t {
+    const char* name;
+    dims a, b, out;
+  };
+  // ids: 0 m, 1 k, 2 n, 3 a second m dim, 4 a dim only a has (summed).
+  const std::vector<case_t> cases = {
+      {"gemm", make({{0, 5}, {1, 7}}), make({{1, 7}, {2, 6}}), make({{0, 5}, {2, 6}})},
+      {"transposed out", make({{0, 5}, {1, 7}}), make({{2, 6}, {1, 7}}), make({{2, 6}, {0, 5}})},
+      {"staged out", make({{0, 3}, {3, 4}, {1, 7}}), make({{1, 7}, {2, 6}}), make({{0, 3}, {2, 6}, {3, 4}})},
+      {"fold", make({{0, 5}, {1, 7}, {4, 3}}), make({{1, 7}, {2, 6}}), make({{0, 5}, {2, 6}})},
+      {"empty sum", make({{0, 5}, {1, 0}}), make({{1, 0}, {2, 6}}), make({{0, 5}, {2, 6}})},
+  };
+  for (const auto& c : cases) {
+    const auto av = random_values(static_cast<std::size_t>(c.a.elements()), 40);
+    const auto bv = random_values(static_cast<std::size_t>(c.b.elements()), 41);
+    const auto start = random_values(static_cast<std::size_t>(c.out.elements()), 42);
+    for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{-0.25, 1.0}, std::pair{2.0, 0.5}}) {
+      // Brute force over every index of the union of the dims.
+      std::vector<double> sum(start.size(), 0.0);
+      std::array<std::int64_t, 8> extent{}, at{};
+      for (const dims* d : {&c.a, &c.b, &c.out})
+        for (int i = 0; i < d->rank; ++i) extent[d->id[i]] = d->extent[i];
+      std::int64_t total = 1;
+      for (int id = 0; id < 5; ++id) total *= extent[id] ? extent[id] : 1;
+      bool empty = false;
+      for (const dims* d : {&c.a, &c.b}) empty = empty || d->elements() == 0;
+      for (std::int64_t flat = 0; flat < total && !empty; ++flat) {
+        std::int64_t r = flat;
+        for (int id = 5; id-- > 0;) {
+          const std::int64_t e = extent[id] ? extent[id] : 1;
+          at[id] = r % e, r /= e;
+        }
+        sum[offset(c.out, at)] += av[offset(c.a, at)] * bv[offset(c.b, at)];
+      }
+      std::vector<double> out = start;
+      typemesh::backend::contract(typemesh::host_space{}, av.data(), c.a, bv.data(), c.b, out.data(), c.out, alpha,
+                                  beta);
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        EXPECT_NEAR(out[i], alpha * sum[i] + beta * start[i], 1e-12)
+            << c.name << ", alpha " << alpha << ", beta " << beta << ", element " << i;
+      }
+    }
+  }
+}
+
 TEST(Einsum, OutputAsAShape) {
   const std::vector<values> in{random_values(24, 15), random_values(30, 16)};
   shape_form_case c;
@@ -364,12 +427,23 @@ TEST(Variables, InitialisationIsLayoutIndependent) {
   EXPECT_NE(other, one);
 }
 
+// The values of a tensor on this device, as doubles (empty outside its mesh).
+template <class Tensor>
+std::vector<double> local_values(const Tensor& t) {
+  auto l = t.local();
+  return {l.begin(), l.end()};
+}
+
 // A few training steps of a two-layer network: the same losses under every
 // layout as on one device.
+// With `minimize`, each step is opt.minimize(loss, ...) instead of backward
+// then step; `folded` (if given) gets how many variables each minimize
+// folded into their products, as device 0 counts them.
 template <class L1, class L2, class Opt>
-std::vector<double> train(std::array<int, 2> sizes, Opt opt) {
+std::vector<double> train(std::array<int, 2> sizes, Opt opt, bool minimize = false,
+                          std::vector<std::size_t>* folded = nullptr) {
   const auto xs = random_values(8 * 6, 20), ts = random_values(8 * 4, 21);
-  return typemesh::launch(sizes[0] * sizes[1], [&] {
+  return typemesh::launch(sizes[0] * sizes[1], [&](typemesh::device& dev) {
     M2 m(sizes);
     Opt o = opt;
     auto w1 = typemesh::variable<L1, double>(m, "w1", S12{6, 10}, typemesh::init::glorot_uniform{6, 10}, 1);
@@ -383,9 +457,19 @@ std::vector<double> train(std::array<int, 2> sizes, Opt opt) {
       auto t = import_tensor<typename decltype(y)::layout_type>(m, host(y.shape(), ts));
       auto loss = typemesh::reduce_mean(typemesh::square(y - t));
       losses.push_back(typemesh::export_tensor(loss.detached()).values()[0]);
-      typemesh::backward(loss);
-      o.step(w1, b1, w2);
+      if (minimize) {
+        o.minimize(loss, w1, b1, w2);
+        if constexpr (std::is_same_v<Opt, typemesh::optim::sgd>) {
+          if (folded && dev.id() == 0) folded->push_back(o.folded());
+        }
+      } else {
+        typemesh::backward(loss);
+        o.step(w1, b1, w2);
+      }
     }
+    // The weights after the last step, as the last "losses".
+    for (const auto& v : {typemesh::export_tensor(w1).values(), typemesh::export_tensor(w2).values()})
+      losses.insert(losses.end(), v.begin(), v.end());
     return losses;
   })[0];
 }
@@ -403,6 +487,97 @@ TEST(Optimizers, SgdAndAdamStepsMatchOneDevice) {
     expect_close(run({4, 1}), ref, 1e-10, which == 0 ? "sgd, data parallel" : "adam, data parallel");
     EXPECT_LT(ref.back(), ref.front()) << "training lowers the loss";
   }
+}
+
+// minimize is backward then step. SGD folds its step into the weight
+// gradients' products where they are local: both weights on one device and
+// with the hidden units split (w1's and w2's gradients are then each one
+// device's product), neither under data parallelism (both are allreduced);
+// the bias's gradient (a sum) is never folded. The values agree with
+// backward-then-step to rounding (the folded product is scaled before it is
+// rounded).
+TEST(Optimizers, MinimizeIsBackwardThenStep) {
+  using L = layout<d2(a1)>;
+  for (std::array<int, 2> sizes : {std::array{1, 1}, std::array{1, 2}, std::array{2, 2}, std::array{4, 1}}) {
+    const std::string where = "mesh " + std::to_string(sizes[0]) + "x" + std::to_string(sizes[1]);
+    std::vector<std::size_t> folded;
+    const auto stepped = train<L, L>(sizes, typemesh::optim::sgd(0.1));
+    const auto minimized = train<L, L>(sizes, typemesh::optim::sgd(0.1), true, &folded);
+    expect_close(minimized, stepped, 1e-13, ("sgd, " + where).c_str());
+    const std::size_t expected = sizes[0] == 1 ? 2 : 0;  // batch split over a0: allreduced gradients
+    EXPECT_EQ(folded, std::vector<std::size_t>(4, expected)) << where;
+    expect_close(train<L, L>(sizes, typemesh::optim::adam(0.01), true),
+                 train<L, L>(sizes, typemesh::optim::adam(0.01)), 0.0, ("adam, " + where).c_str());
+  }
+}
+
+// A variable whose values another tensor shares is not written during the
+// pass (that would copy them): its step comes after, as step() takes it, and
+// the sharing tensor keeps the old values. A weight used twice gets both
+// contributions, folded or not.
+TEST(Optimizers, MinimizeLeavesSharedValuesAndSumsEveryUse) {
+  const auto xs = random_values(4 * 6, 30), x2s = random_values(4 * 6, 31);
+  auto run = [&](bool minimize, bool keep_a_copy) {
+    return typemesh::launch(1, [&] {
+      M2 m({1, 1});
+      auto w = typemesh::variable<layout<>, double>(m, "w", S12{6, 5}, typemesh::init::normal{0.5}, 7);
+      const auto before = typemesh::export_tensor(w).values();
+      std::optional<decltype(w)> copy;
+      if (keep_a_copy) copy = w;
+      auto x = import_tensor<layout<>>(m, host(S01{4, 6}, xs));
+      auto x2 = import_tensor<layout<>>(m, host(S01{4, 6}, x2s));
+      auto y = typemesh::einsum<d0, d2>(x, w) + typemesh::einsum<d0, d2>(x2, w);
+      auto loss = typemesh::reduce_sum(y * y);
+      typemesh::optim::sgd opt(0.05);
+      if (minimize) {
+        opt.minimize(loss, w);
+        EXPECT_EQ(opt.folded(), keep_a_copy ? 0u : 1u);
+      } else {
+        typemesh::backward(loss);
+        opt.step(w);
+      }
+      if (copy) {
+        EXPECT_EQ(typemesh::export_tensor(*copy).values(), before);
+      }
+      EXPECT_FALSE(w.has_grad());
+      return typemesh::export_tensor(w).values();
+    })[0];
+  };
+  const auto reference = run(false, false);
+  expect_close(run(true, false), reference, 1e-13, "folded");
+  expect_close(run(true, true), reference, 1e-13, "shared, held");
+}
+
+// minimize checks before anything changes: a variable the loss does not
+// reach is named (or skipped when allowed), a tensor that is not a variable
+// and a loss that reaches no variable are errors.
+TEST(Optimizers, MinimizeChecksBeforeAnythingChanges) {
+  typemesh::launch(2, [] {
+    M2 m({2, 1});
+    auto w = typemesh::variable<layout<d0(a0)>, double>(m, "net/w", S01{4, 3}, typemesh::init::constant{1.0});
+    auto b = typemesh::variable<layout<>, double>(m, "net/b", shape<d1>{3}, typemesh::init::constant{1.0});
+    const auto w0 = local_values(w), b0 = local_values(b);
+    typemesh::optim::sgd opt(0.1);
+    expect_error<typemesh::error>([&] { opt.minimize(typemesh::reduce_sum(w * w), w, b); },
+                                  {"optim::sgd.minimize", "does not depend on variable 'net/b'",
+                                   "allow_missing_gradients"});
+    EXPECT_EQ(local_values(w), w0);
+    EXPECT_FALSE(w.has_grad());
+    auto x = import_tensor<layout<d0(a0)>>(m, host(S01{4, 3}, random_values(12, 3)));
+    expect_error<typemesh::error>([&] { opt.minimize(typemesh::reduce_sum(w * x), w, x); },
+                                  {"1 of its 2 variables is a tensor that does not require a gradient"});
+    expect_error<typemesh::error>([&] { opt.minimize(typemesh::reduce_sum(x), w); },
+                                  {"optim::sgd.minimize: the loss does not depend on any tensor"});
+    EXPECT_EQ(local_values(w), w0);
+    typemesh::optim::adam strict(0.01);
+    expect_error<typemesh::error>([&] { strict.minimize(typemesh::reduce_sum(b * b), w, b); },
+                                  {"optim::adam.minimize", "variable 'net/w'"});
+    EXPECT_EQ(local_values(b), b0);
+    typemesh::optim::sgd lenient(0.1, {.allow_missing_gradients = true});
+    lenient.minimize(typemesh::reduce_sum(w * w), w, b);  // d/dw = 2w = 2
+    for (double v : local_values(w)) EXPECT_NEAR(v, 0.8, 1e-15);
+    EXPECT_EQ(local_values(b), b0);
+  });
 }
 
 TEST(Variables, NamedByTensorTypeAndReadAsScalars) {
@@ -457,13 +632,6 @@ TEST(Autodiff, LayoutSpelledInAnotherOrderSharesTheGradient) {
 }
 
 // --- Optimizers: a variable without a gradient ------------------------------------
-
-// The values of a tensor on this device, as doubles (empty outside its mesh).
-template <class Tensor>
-std::vector<double> local_values(const Tensor& t) {
-  auto l = t.local();
-  return {l.begin(), l.end()};
-}
 
 // A step on variables backward has not reached since the last step is an
 // error naming them, and changes nothing; the option lets it skip them.

@@ -17,6 +17,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -64,11 +65,35 @@ decltype(auto) held_gradient(const std::any& g) {
   }
 }
 
-template <class In, class F>
+// An edge without a way to add its contribution into an array.
+struct no_fold {};
+
+template <class In, class F, class Fold = no_fold>
 struct gradient_edge {
   const In* input;
   F f;
+  Fold fold;
 };
+
+// Adds `dy`'s contribution to the input's gradient: folded into the values
+// of a variable that optim::sgd::minimize descends on, where the edge can
+// fold and no other tensor shares those values; else held in the node.
+template <class In, class Out, class F, class Fold>
+void push_contribution(const Out& dy, node& in, const F& f, const Fold& fold) {
+  using held_t = typename In::canonical_type;
+  if constexpr (!std::is_same_v<Fold, no_fold>) {
+    if (in.descend && *in.descend->type == typeid(held_t)) {
+      if (void* values = in.descend->sole_values()) {
+        using T = typename held_t::value_type;
+        if (fold(dy, static_cast<T*>(values), static_cast<T>(in.descend->scale), T{1})) {
+          in.descend->folded = true;
+          return;
+        }
+      }
+    }
+  }
+  accumulate<In>(in, f(dy));
+}
 
 }  // namespace autodiff
 
@@ -76,23 +101,34 @@ struct gradient_edge {
 // that input's gradient.
 template <class In, class F>
 auto gradient_of(const In& input, F f) {
-  return autodiff::gradient_edge<In, F>{&input, std::move(f)};
+  return autodiff::gradient_edge<In, F>{&input, std::move(f), {}};
+}
+
+// The same, with `fold(dy, values, alpha, beta)` that computes values =
+// alpha * f(dy) + beta * values in place over the input's local elements
+// (in its canonical layout), without making f(dy), and returns true; or
+// returns false, having written nothing, where it cannot. The edge then can
+// take an SGD step inside the product (optim::sgd::minimize).
+template <class In, class F, class Fold>
+auto gradient_of(const In& input, F f, Fold fold) {
+  return autodiff::gradient_edge<In, F, Fold>{&input, std::move(f), std::move(fold)};
 }
 
 // Records `out` as computed from the edges' inputs, when recording and at
 // least one input is tracked. Returns out (moved when given an rvalue), so an
 // operation can end with `return record(std::move(out), ...)`.
-template <class Out, class... In, class... F>
-std::decay_t<Out> record(Out&& out, const char* what, autodiff::gradient_edge<In, F>... edges) {
+template <class Out, class... In, class... F, class... Fold>
+std::decay_t<Out> record(Out&& out, const char* what, autodiff::gradient_edge<In, F, Fold>... edges) {
   using out_t = std::decay_t<Out>;
   if (!autodiff::recording() || !(edges.input->tracked() || ...)) return out_t(std::forward<Out>(out));
   auto n = autodiff::make_node(what);
   auto add_edge = [&](auto& e) {
     using in_t = std::remove_cvref_t<decltype(*e.input)>;
     if (!e.input->tracked()) return;
-    n->edges.push_back({e.input->node(), [f = std::move(e.f)](const std::any& g, autodiff::node& in) {
-                          autodiff::accumulate<in_t>(in, f(autodiff::held_gradient<out_t>(g)));
-                        }});
+    n->edges.push_back(
+        {e.input->node(), [f = std::move(e.f), fold = std::move(e.fold)](const std::any& g, autodiff::node& in) {
+           autodiff::push_contribution<in_t>(autodiff::held_gradient<out_t>(g), in, f, fold);
+         }});
   };
   (add_edge(edges), ...);
   out_t result(std::forward<Out>(out));
@@ -136,7 +172,13 @@ void backward(const tensor<T, S, L, M>& loss, const tensor<T, S, L, M>* seed = n
   for (const auto& n : order) {
     if (n->is_leaf()) continue;
     if (n->grad.has_value()) {
-      for (auto& e : n->edges) e.push(n->grad, *e.input);
+      for (auto& e : n->edges) {
+        e.push(n->grad, *e.input);
+        // Drop what this edge kept (often another input's values) before the
+        // next edge runs: a variable whose values no other tensor still
+        // shares can take its step in place (optim::sgd::minimize).
+        e.push = nullptr;
+      }
     }
     n->grad.reset();
     n->edges.clear();  // the graph is used once

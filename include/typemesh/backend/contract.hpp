@@ -126,18 +126,50 @@ struct gemm_operand {
   }
 };
 
+// Whether contract's GEMMs write out in place (out a batch of m x n matrices
+// or of their transposes, with a non-empty sum), so that they can also
+// scale and add to what out holds.
+inline bool gemm_writes_in_place(bool gemm_shaped, const dims& ad, const dims& bd, const dims& od) {
+  if (!gemm_shaped) return false;
+  const dims m = select(od, [&](int id) { return ad.has(id) && !bd.has(id); });
+  const dims n = select(od, [&](int id) { return !ad.has(id) && bd.has(id); });
+  const dims k = select(ad, [&](int id) { return bd.has(id) && !od.has(id); });
+  if (k.elements() == 0) return false;
+  const std::int64_t om = merged_stride(od, m), on = merged_stride(od, n);
+  return (on == 1 && om >= 0) || (om == 1 && on >= 0);
+}
+
 }  // namespace detail
 
-// out (dims od) = sum over the dims od lacks of a (ad) * b (bd); out is
-// overwritten. Every dim's extent must agree between the operands.
+// out (dims od) = alpha * (sum over the dims od lacks of a (ad) * b (bd)) +
+// beta * out; with the default alpha 1 and beta 0, out is overwritten (and
+// not read: it may be uninitialised). Every dim's extent must agree between
+// the operands. A product that BLAS writes in place takes alpha and beta
+// into the GEMM (an optimizer's step folded into a weight gradient's
+// product, optim/optimizers.hpp); the other paths compute the sum apart and
+// then combine.
 template <class Space, class T>
-void contract(Space s, const T* a, const dims& ad, const T* b, const dims& bd, T* out, const dims& od) {
+void contract(Space s, const T* a, const dims& ad, const T* b, const dims& bd, T* out, const dims& od,
+              T alpha = T{1}, T beta = T{0}) {
   const dims space = union_of(od, ad, bd);
   bool gemm_shaped = true;
   for (int i = 0; i < space.rank; ++i) {
     const int id = space.id[i];
     const int count = ad.has(id) + bd.has(id) + od.has(id);
     if (count < 2) gemm_shaped = false;  // in one operand only
+  }
+  const bool overwrite = alpha == T{1} && beta == T{0};
+  if (!overwrite && !detail::gemm_writes_in_place(gemm_shaped, ad, bd, od)) {
+    storage<T, Space> sum(od.elements());
+    contract(s, a, ad, b, bd, view(sum).data(), od);
+    const T* from = view(sum).data();
+    if (beta == T{0}) {
+      map(s, from, out, od.elements(), [=] TYPEMESH_KERNEL(T x) { return alpha * x; });
+    } else {
+      zip(s, from, static_cast<const T*>(out), out, od.elements(),
+          [=] TYPEMESH_KERNEL(T x, T o) { return alpha * x + beta * o; });
+    }
+    return;
   }
   if (!gemm_shaped) {
     const dims summed = detail::lacking(space, od);
@@ -154,7 +186,7 @@ void contract(Space s, const T* a, const dims& ad, const T* b, const dims& bd, T
   const std::int64_t nb = batch.elements(), mm = m.elements(), nn = n.elements(), kk = k.elements();
   if (nb * mm * nn == 0) return;
 
-  if (kk == 0) {  // empty sums
+  if (kk == 0) {  // empty sums (overwriting: gemm_writes_in_place is false here otherwise)
     fill(s, out, od.elements(), T{});
     return;
   }
@@ -202,10 +234,10 @@ void contract(Space s, const T* a, const dims& ad, const T* b, const dims& bd, T
     const T* pa = ga.data + ga.offset(at, batch.rank);
     const T* pb = gb.data + gb.offset(at, batch.rank);
     if (transposed) {
-      gemm_batched(s, !gb.trans, !ga.trans, nn, mm, kk, T{1}, pb, gb.ld, sb, pa, ga.ld, sa, T{0}, c + co, ldc, sc,
+      gemm_batched(s, !gb.trans, !ga.trans, nn, mm, kk, alpha, pb, gb.ld, sb, pa, ga.ld, sa, beta, c + co, ldc, sc,
                    count);
     } else {
-      gemm_batched(s, ga.trans, gb.trans, mm, nn, kk, T{1}, pa, ga.ld, sa, pb, gb.ld, sb, T{0}, c + co, ldc, sc,
+      gemm_batched(s, ga.trans, gb.trans, mm, nn, kk, alpha, pa, ga.ld, sa, pb, gb.ld, sb, beta, c + co, ldc, sc,
                    count);
     }
     for (int d = inner; d-- > 0;) {  // the next outer batch element, row-major

@@ -55,6 +55,43 @@ tensor<T, Out, OutL, M> contract_to(const tensor<T, SA, LA, M>& a, const tensor<
   return out;
 }
 
+// The gradient edge of einsum's input `x` (dims S), whose gradient is
+// other * dy summed to S (other first when other_first): contract_to, and
+// the fold that adds alpha times that product to x's values in place (an
+// SGD step inside the GEMM, optim::sgd::minimize). The fold declines (false)
+// where the product's sum spans devices and needs an allreduce.
+template <bool other_first, class S, class L, class T, class M, class Other, class Dy>
+auto einsum_gradient(const tensor<T, S, L, M>& x, Other other) {
+  using Lc = canonical<S, L>;
+  auto f = [other, s = x.shape()](const Dy& dy) {
+    if constexpr (other_first) return contract_to<S, Lc>(*other, dy, s);
+    else return contract_to<S, Lc>(dy, *other, s);
+  };
+  auto fold = [other, extent = x.local_extent()](const Dy& dy, T* values, T alpha, T beta) {
+    using O = typename Other::value_type;
+    using SO = typename O::shape_type;
+    using SD = typename Dy::shape_type;
+    constexpr auto axes = either(summed_axes<SO, typename O::layout_type, S, M>(),
+                                 summed_axes<SD, typename Dy::layout_type, S, M>());
+    if constexpr (any(axes)) {
+      if (dy.mesh().group_along(dy.device(), axes).size() > 1) return false;
+    }
+    if (!dy.holds_data()) return false;
+    const O& o = *other;
+    using U = dims_of<shape_union<shape_union<S, SO>, SD>>;
+    const backend::dims xd = local_dims(U{}, static_cast<S*>(nullptr), extent);
+    if constexpr (other_first) {
+      backend::contract(dy.space(), o.data(), local_dims_of<U>(o), dy.data(), local_dims_of<U>(dy), values, xd, alpha,
+                        beta);
+    } else {
+      backend::contract(dy.space(), dy.data(), local_dims_of<U>(dy), o.data(), local_dims_of<U>(o), values, xd, alpha,
+                        beta);
+    }
+    return true;
+  };
+  return gradient_of(x, std::move(f), std::move(fold));
+}
+
 }  // namespace ops_detail
 
 // The product of a and b summed over every dim that Out lacks:
@@ -75,19 +112,14 @@ auto einsum(const tensor<T, SA, LA, MA>& a, const tensor<T, SB, LB, MB>& b) {
     const Out s = shape_from<Out>(a.shape(), b.shape());
     out_t out = ops_detail::contract_to<Out, OutL>(a, b, s);
     if (!autodiff::recording() || !(a.tracked() || b.tracked())) return out;
-    using LAc = canonical<SA, LA>;
-    using LBc = canonical<SB, LB>;
     // Each gradient needs the other input: keep a copy only where it is used.
     std::optional<tensor<T, SB, LB, M>> bv;
     std::optional<tensor<T, SA, LA, M>> av;
     if (a.tracked()) bv = b.detached();
     if (b.tracked()) av = a.detached();
-    return record(std::move(out), "einsum", gradient_of(a, [bv = std::move(bv), sa = a.shape()](const out_t& dy) {
-                    return ops_detail::contract_to<SA, LAc>(dy, *bv, sa);
-                  }),
-                  gradient_of(b, [av = std::move(av), sb = b.shape()](const out_t& dy) {
-                    return ops_detail::contract_to<SB, LBc>(*av, dy, sb);
-                  }));
+    return record(std::move(out), "einsum",
+                  ops_detail::einsum_gradient<false, SA, LA, T, M, decltype(bv), out_t>(a, std::move(bv)),
+                  ops_detail::einsum_gradient<true, SB, LB, T, M, decltype(av), out_t>(b, std::move(av)));
   }
 }
 

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 namespace typemesh::autodiff {
@@ -37,6 +38,22 @@ struct node {
     std::function<void(const std::any& out_grad, node& input)> push;
   };
   std::vector<edge> edges;
+
+  // Set on a variable's node by optim::sgd::minimize for one backward pass:
+  // a contribution whose operation can add a multiple of itself to an array
+  // (einsum's GEMMs) goes straight into the variable's values, `values +=
+  // scale * contribution`, instead of into `grad`. `type` is the variable's
+  // canonical tensor type, the one a contribution must have; `sole_values`
+  // gives the variable's local elements, or null while another tensor shares
+  // them (writing would copy them first: then the contribution is held, and
+  // applied after the pass).
+  struct descent {
+    const std::type_info* type = nullptr;
+    double scale = 0;
+    std::function<void*()> sole_values;
+    bool folded = false;  // whether a contribution went into the values
+  };
+  std::shared_ptr<descent> descend;
 
   bool is_leaf() const { return edges.empty(); }
 };

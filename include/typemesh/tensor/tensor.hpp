@@ -169,6 +169,9 @@ class tensor {
   auto local() const { return backend::span_of(space_type{}, data(), static_cast<std::size_t>(local_size())); }
   T* data() { return own().data() + part_.offset; }
   const T* data() const { return shared().data() + part_.offset; }
+  // Whether another tensor shares this one's elements (then writing through
+  // data() copies them first).
+  bool shares_elements() const { return local_ && local_.use_count() > 1; }
   // How many elements this device holds.
   std::int64_t local_size() const {
     return !local_ ? 0 : part_.size >= 0 ? part_.size : static_cast<std::int64_t>(local_->size());
