@@ -414,6 +414,7 @@ TEST(SmallGemm, MatchesADoubleLoopAtEveryThreadCount) {
       {false, 32, 2048, 512, 512, 4096, 2048, 1.0f, 1.0f},  // an LSTM step's forward, in place in the weight
       {true, 32, 512, 2048, 2048, 4096, 512, 1.0f, 0.0f},   // and its backward
       {false, 5, 80, 33, 40, 96, 85, 0.5f, -2.0f},          // row and column blocks cut short
+      {false, 13, 112, 300, 304, 128, 120, 0.75f, 0.5f},    // and B's rows in chunks, the last one short
       {true, 7, 6, 48, 50, 64, 9, -1.5f, 0.25f},
       {false, 1, 16, 16, 16, 16, 16, 1.0f, 0.0f},
       {true, 32, 3, 16, 16, 16, 3, 2.0f, 0.0f},
