@@ -61,6 +61,13 @@ struct options {
 
 namespace detail {
 
+// "'a', 'b'": the names of the variables an error is about.
+inline std::string comma_separated(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + names[i];
+  return out;
+}
+
 // Checked before any variable changes, so a failed step leaves all of them
 // as they were. Only devices that hold a variable's data look at it.
 template <class... Variables>
@@ -80,8 +87,7 @@ void check_gradients(const char* optimizer, const options& o, const Variables&..
                                       "tensor after requires_grad)"));
   }
   if (missing.empty() || o.allow_missing_gradients) return;
-  std::string names;
-  for (std::size_t i = 0; i < missing.size(); ++i) names += (i ? ", " : "") + missing[i];
+  const std::string names = comma_separated(missing);
   const bool one = missing.size() == 1;
   throw error(typemesh::detail::cat(
       optimizer, ".step: ", one ? "variable " : "variables ", names, one ? " has" : " have",
@@ -114,8 +120,7 @@ void check_minimize(const char* optimizer, const options& o, const Loss& loss, c
                                       "tensor after requires_grad)"));
   }
   if (missing.empty() || o.allow_missing_gradients) return;
-  std::string names;
-  for (std::size_t i = 0; i < missing.size(); ++i) names += (i ? ", " : "") + missing[i];
+  const std::string names = comma_separated(missing);
   const bool one = missing.size() == 1;
   throw error(typemesh::detail::cat(optimizer, ".minimize: the loss does not depend on ", one ? "variable " : "variables ",
                                     names, "; pass only the variables it depends on, or construct the optimizer with "
