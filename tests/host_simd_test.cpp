@@ -4,8 +4,9 @@
 //   true value over sweeps of the whole range, the special values exact,
 //   and every element the same bits wherever it lies in its array (full
 //   vectors and the padded last one alike);
-// - the unpacked small-row GEMMs (backend/host/small_gemm.hpp) against a
-//   double loop, B as stored and transposed, with strides, alpha and beta
+// - the unpacked small-row GEMMs (backend/host/small_gemm.hpp) and the
+//   GEMMs with op(B) in L1 (backend/host/narrow_gemm.hpp) against a double
+//   loop, A and B as stored and transposed, with strides, alpha and beta
 //   (beta 0 never reading C), the same bits at 1, 2 and 3 threads;
 // - softmax rows and their gradients (vector_math.hpp) against double
 //   loops, a row's maximum against the sequential one, and max pooling's step (backend/host/max_pool.hpp) against its
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include <typemesh/backend/host/max_pool.hpp>
+#include <typemesh/backend/host/narrow_gemm.hpp>
 #include <typemesh/backend/host/random_kernels.hpp>
 #include <typemesh/backend/host/small_gemm.hpp>
 #include <typemesh/backend/host/vector_math.hpp>
@@ -298,6 +300,7 @@ struct gemm_case {
   bool trans_b;
   std::int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
+  bool trans_a;
 };
 
 std::vector<float> wave(std::size_t count, double step) {
@@ -395,43 +398,35 @@ TEST(MaxPoolStep, LanesMatchThePlainLoop) {
   }
 }
 
-// Runs the kernels of `isa` on `threads` threads of one device; C starts as
-// c0 (NaN where beta is 0: it must not be read).
-std::vector<float> run_small_gemm(const gemm_case& g, host::simd_isa isa, int threads, const std::vector<float>& a,
-                                  const std::vector<float>& b, const std::vector<float>& c0) {
+// Runs `product` (one of the kernels, given C) on `threads` threads of one
+// device; C starts as c0.
+template <class Product>
+std::vector<float> run_gemm(int threads, const std::vector<float>& c0, const Product& product) {
   std::vector<float> c = c0;
-  typemesh::launch({.devices = 1, .threads_per_device = threads}, [&](typemesh::device&) {
-    host::small_gemm(isa, g.trans_b, g.m, g.n, g.k, g.alpha, a.data(), g.lda, b.data(), g.ldb, g.beta, c.data(),
-                     g.ldc);
-  });
+  typemesh::launch({.devices = 1, .threads_per_device = threads}, [&](typemesh::device&) { product(c.data()); });
   return c;
 }
 
-TEST(SmallGemm, MatchesADoubleLoopAtEveryThreadCount) {
+// Checks each case of a kernel against a double loop on one thread, then
+// the same bits at 2 and 3 threads, for each instruction set this CPU has.
+// run(g, isa, a, b, c) computes the case into c; C starts as a wave, or NaN
+// where beta is 0 (it must not be read), and its columns past n must stay.
+template <class Run>
+void check_gemm_cases(const std::vector<gemm_case>& cases, const char* kernel, const Run& run) {
   const auto cpu = host::detected_simd_isa();
-  if (cpu == host::simd_isa::none) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
-  const gemm_case cases[] = {
-      {false, 32, 2048, 512, 512, 4096, 2048, 1.0f, 1.0f},  // an LSTM step's forward, in place in the weight
-      {true, 32, 512, 2048, 2048, 4096, 512, 1.0f, 0.0f},   // and its backward
-      {false, 5, 80, 33, 40, 96, 85, 0.5f, -2.0f},          // row and column blocks cut short
-      {false, 13, 112, 300, 304, 128, 120, 0.75f, 0.5f},    // and B's rows in chunks, the last one short
-      {true, 7, 6, 48, 50, 64, 9, -1.5f, 0.25f},
-      {false, 1, 16, 16, 16, 16, 16, 1.0f, 0.0f},
-      {true, 32, 3, 16, 16, 16, 3, 2.0f, 0.0f},
-  };
   for (const gemm_case& g : cases) {
-    const std::int64_t b_rows = g.trans_b ? g.n : g.k;
-    ASSERT_NE(host::small_gemm_suits(false, g.trans_b, g.m, g.n, g.k), host::simd_isa::none);
-    const auto a = wave(static_cast<std::size_t>(g.m * g.lda), 0.37);
+    const std::int64_t a_rows = g.trans_a ? g.k : g.m, b_rows = g.trans_b ? g.n : g.k;
+    const auto a = wave(static_cast<std::size_t>(a_rows * g.lda), 0.37);
     const auto b = wave(static_cast<std::size_t>(b_rows * g.ldb), 0.11);
     auto c0 = wave(static_cast<std::size_t>(g.m * g.ldc), 0.7);
     if (g.beta == 0.0f) std::fill(c0.begin(), c0.end(), std::numeric_limits<float>::quiet_NaN());
     for (auto isa : {host::simd_isa::avx2, host::simd_isa::avx512}) {
       if (isa > cpu) continue;
-      const std::string what = std::string(isa == host::simd_isa::avx2 ? "avx2" : "avx512") +
+      const std::string what = std::string(kernel) + (isa == host::simd_isa::avx2 ? " avx2" : " avx512") +
+                               (g.trans_a ? " A transposed," : " A as stored,") +
                                (g.trans_b ? " B transposed" : " B as stored") + " m " + std::to_string(g.m) +
                                " n " + std::to_string(g.n) + " k " + std::to_string(g.k);
-      const auto one = run_small_gemm(g, isa, 1, a, b, c0);
+      const auto one = run_gemm(1, c0, [&](float* c) { run(g, isa, a, b, c); });
       for (std::int64_t i = 0; i < g.m; ++i) {
         for (std::int64_t j = 0; j < g.ldc; ++j) {
           const float got = one[static_cast<std::size_t>(i * g.ldc + j)];
@@ -441,10 +436,12 @@ TEST(SmallGemm, MatchesADoubleLoopAtEveryThreadCount) {
           }
           double sum = 0, scale = 0;
           for (std::int64_t p = 0; p < g.k; ++p) {
+            const double av = g.trans_a ? a[static_cast<std::size_t>(p * g.lda + i)]
+                                        : a[static_cast<std::size_t>(i * g.lda + p)];
             const double bv = g.trans_b ? b[static_cast<std::size_t>(j * g.ldb + p)]
                                         : b[static_cast<std::size_t>(p * g.ldb + j)];
-            sum += a[static_cast<std::size_t>(i * g.lda + p)] * bv;
-            scale += std::abs(a[static_cast<std::size_t>(i * g.lda + p)] * bv);
+            sum += av * bv;
+            scale += std::abs(av * bv);
           }
           const double c_in = g.beta == 0.0f ? 0.0 : c0[static_cast<std::size_t>(i * g.ldc + j)];
           const double want = g.alpha * sum + g.beta * c_in;
@@ -453,13 +450,68 @@ TEST(SmallGemm, MatchesADoubleLoopAtEveryThreadCount) {
         }
       }
       for (int threads : {2, 3}) {
-        const auto more = run_small_gemm(g, isa, threads, a, b, c0);
+        const auto more = run_gemm(threads, c0, [&](float* c) { run(g, isa, a, b, c); });
         for (std::size_t e = 0; e < one.size(); ++e) {
           ASSERT_TRUE(same_bits(more[e], one[e])) << what << " at " << threads << " threads, element " << e;
         }
       }
     }
   }
+}
+
+TEST(SmallGemm, MatchesADoubleLoopAtEveryThreadCount) {
+  if (host::detected_simd_isa() == host::simd_isa::none) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  const std::vector<gemm_case> cases = {
+      {false, 32, 2048, 512, 512, 4096, 2048, 1.0f, 1.0f, false},  // an LSTM step's forward, in place in the weight
+      {true, 32, 512, 2048, 2048, 4096, 512, 1.0f, 0.0f, false},   // and its backward
+      {false, 5, 80, 33, 40, 96, 85, 0.5f, -2.0f, false},          // row and column blocks cut short
+      {false, 13, 112, 300, 304, 128, 120, 0.75f, 0.5f, false},    // and B's rows in chunks, the last one short
+      {true, 7, 6, 48, 50, 64, 9, -1.5f, 0.25f, false},
+      {false, 1, 16, 16, 16, 16, 16, 1.0f, 0.0f, false},
+      {true, 32, 3, 16, 16, 16, 3, 2.0f, 0.0f, false},
+  };
+  for (const gemm_case& g : cases) {
+    ASSERT_NE(host::small_gemm_suits(false, g.trans_b, g.m, g.n, g.k), host::simd_isa::none);
+  }
+  check_gemm_cases(cases, "small_gemm", [](const gemm_case& g, host::simd_isa isa, const std::vector<float>& a,
+                                           const std::vector<float>& b, float* c) {
+    host::small_gemm(isa, g.trans_b, g.m, g.n, g.k, g.alpha, a.data(), g.lda, b.data(), g.ldb, g.beta, c, g.ldc);
+  });
+}
+
+TEST(NarrowGemm, MatchesADoubleLoopAtEveryThreadCount) {
+  if (host::detected_simd_isa() == host::simd_isa::none) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  // Attention's per-head products as the peer Transformer runs them (8
+  // heads of 64: Q, K and V rows 512 apart), then blocks cut short.
+  const std::vector<gemm_case> cases = {
+      {true, 128, 128, 64, 512, 512, 128, 1.0f, 0.0f, false},   // logits = q . k^T
+      {false, 128, 64, 128, 128, 512, 512, 1.0f, 0.0f, false},  // weights . v
+      {false, 128, 64, 128, 128, 512, 512, 1.0f, 0.0f, true},   // weights^T . d(heads' outputs)
+      {false, 128, 64, 128, 128, 64, 64, -0.5f, 1.0f, true},    // B already one block, C added to
+      {false, 37, 80, 21, 30, 90, 85, 0.5f, -2.0f, false},      // rows and vectors left over
+      {true, 41, 112, 32, 48, 32, 120, 0.75f, 0.5f, true},
+      {false, 3, 48, 100, 40, 48, 48, 2.0f, 0.0f, true},
+      {true, 512, 16, 512, 512, 512, 16, 1.0f, 0.0f, false},    // the largest m and k x n taken
+  };
+  for (const gemm_case& g : cases) {
+    ASSERT_NE(host::narrow_gemm_suits(g.trans_b, g.m, g.n, g.k), host::simd_isa::none);
+  }
+  check_gemm_cases(cases, "narrow_gemm", [](const gemm_case& g, host::simd_isa isa, const std::vector<float>& a,
+                                            const std::vector<float>& b, float* c) {
+    host::narrow_gemm(isa, g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a.data(), g.lda, b.data(), g.ldb, g.beta,
+                      c, g.ldc);
+  });
+}
+
+TEST(NarrowGemm, TakesOnlyWhatItIsBuiltFor) {
+  if (host::detected_simd_isa() == host::simd_isa::none) GTEST_SKIP() << "no vector kernels on this CPU";
+  EXPECT_EQ(host::narrow_gemm_suits(false, 513, 64, 64), host::simd_isa::none) << "more than 512 rows";
+  EXPECT_EQ(host::narrow_gemm_suits(false, 128, 72, 64), host::simd_isa::none) << "n not whole vectors";
+  EXPECT_EQ(host::narrow_gemm_suits(true, 128, 64, 40), host::simd_isa::none) << "k not whole vectors";
+  EXPECT_EQ(host::narrow_gemm_suits(false, 128, 64, 8), host::simd_isa::none) << "k below 16";
+  EXPECT_EQ(host::narrow_gemm_suits(false, 128, 128, 65), host::simd_isa::none) << "op(B) over 8 Ki floats";
+  EXPECT_NE(host::narrow_gemm_suits(false, 128, 128, 64), host::simd_isa::none);
+  EXPECT_NE(host::narrow_gemm_suits(false, 128, 64, 40), host::simd_isa::none);
 }
 
 TEST(SmallGemm, TakesOnlyWhatItIsBuiltFor) {

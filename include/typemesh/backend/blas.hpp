@@ -1,7 +1,7 @@
 // Matrix multiplication through BLAS (cblas_sgemm / cblas_dgemm; OpenBLAS in
 // the host build), the host's unpacked kernels for float products of at most
-// 32 rows (host/small_gemm.hpp), and a plain loop for element types BLAS
-// lacks.
+// 32 rows (host/small_gemm.hpp) and for those whose op(B) fits the L1 cache
+// (host/narrow_gemm.hpp), and a plain loop for element types BLAS lacks.
 //
 // BLAS runs on the device's own kernel threads, not on its own: OpenBLAS
 // is kept at one thread and a large product is cut into one block of C per
@@ -28,6 +28,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "typemesh/backend/host/narrow_gemm.hpp"
 #include "typemesh/backend/host/small_gemm.hpp"
 #include "typemesh/backend/parallel.hpp"
 #include "typemesh/backend/host/thread_pool.hpp"
@@ -156,6 +157,12 @@ void gemm(host_space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n
     // Few rows: read B in place instead of having BLAS pack it (host/small_gemm.hpp).
     if (const auto isa = host::small_gemm_suits(trans_a, trans_b, m, n, k); isa != host::simd_isa::none) {
       host::small_gemm(isa, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+    // op(B) small enough to stay in L1 (attention's per-head products):
+    // copy it once and stream A past it (host/narrow_gemm.hpp).
+    if (const auto isa = host::narrow_gemm_suits(trans_b, m, n, k); isa != host::simd_isa::none) {
+      host::narrow_gemm(isa, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       return;
     }
   }
