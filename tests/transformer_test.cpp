@@ -162,6 +162,42 @@ TEST(LayerNorm, GradientsUnderLayouts) {
       "batch and d_model split", {2, 2}, in, c);
 }
 
+// layer_norm as the composed ops the host's single op replaces (and CUDA
+// still runs): the normalisation, then mul and add.
+struct layer_norm_composed_case {
+  template <class LX, class LS, class LB, class M>
+  outcome operator()(const M& m, const std::vector<values>& in) const {
+    auto x = import_tensor<LX>(m, host(SX{B, LEN, DM}, in[0]));
+    auto s = import_tensor<LS>(m, host(shape<d_model>{DM}, in[1]));
+    auto b = import_tensor<LB>(m, host(shape<d_model>{DM}, in[2]));
+    x.requires_grad("x"), s.requires_grad("scale"), b.requires_grad("bias");
+    auto y = typemesh::add(typemesh::mul(typemesh::layer_norm_detail::normalise<d_model>(x, 1e-6), s), b);
+    outcome o = finish(weighted_sum_as<SX>(y), x, s, b);
+    o.grads.push_back(whole(y));
+    return o;
+  }
+};
+
+TEST(LayerNorm, OneOpOnTheHostMatchesTheComposedOps) {
+  const std::vector<values> in{random_values(B * LEN * DM, 1), random_values(DM, 2, 0.5, 1.5),
+                               random_values(DM, 3)};
+  const auto expect_same = [&]<class LX, class LP>(const std::string& name, M2::coords sizes) {
+    SCOPED_TRACE(name);
+    layer_norm_case<> one_op;
+    layer_norm_composed_case composed_ops;
+    const outcome fused = run_case<M2, LX, LP, LP>(sizes, in, one_op);
+    const outcome composed = run_case<M2, LX, LP, LP>(sizes, in, composed_ops);
+    EXPECT_NEAR(fused.loss, composed.loss, 1e-12 * (1 + std::abs(composed.loss)));
+    ASSERT_EQ(fused.grads.size(), composed.grads.size());
+    for (std::size_t i = 0; i < fused.grads.size(); ++i) {
+      expect_close(fused.grads[i], composed.grads[i], 1e-12, name + ": entry " + std::to_string(i));
+    }
+  };
+  expect_same.operator()<layout<>, layout<>>("one device", {1, 1});
+  expect_same.operator()<layout<batch(a0)>, layout<>>("batch split", {2, 1});
+  expect_same.operator()<layout<batch(a0), d_model(a1)>, layout<d_model(a1)>>("batch and d_model split", {2, 3});
+}
+
 TEST(LayerNorm, ValuesMatchPlainLoops) {
   const auto xs = random_values(B * LEN * DM, 4), ss = random_values(DM, 5), bs = random_values(DM, 6);
   const double eps = 1e-3;

@@ -11,6 +11,11 @@
 // precision). When D is split, the caller computes the partial sums with
 // layer_norm_partial_sums or layer_norm_gradient_sums, allreduces them (one
 // message: `rows` sums then `rows` second sums) and passes them in.
+//
+// On the host the affine step that follows (y = x_hat * scale + bias, scale
+// and bias this device's `held` elements of D) can run inside the same
+// passes: layer_norm_affine_forward writes x_hat and y together, and the
+// gradient kernels take the scale, so that g = dy * scale is never stored.
 #pragma once
 
 #include <cmath>
@@ -47,59 +52,104 @@ void layer_norm_partial_sums(Space s, const T* x, T* sums, layer_norm_rows g) {
       grain_for(g.held));
 }
 
-// x_hat = (x - mean) * inv_sigma and inv_sigma[r] = 1 / sqrt(var + epsilon),
-// from the allreduced `sums` (sum x, sum x^2) or, when sums is null, from the
-// row itself in two passes.
+// A row's mean and 1 / sqrt(var + epsilon), from the allreduced `sums`
+// (sum x, sum x^2) or, when sums is null, from the row itself in two passes.
+template <class T>
+struct row_moments {
+  T mean, inv_sigma;
+};
+template <class T>
+TYPEMESH_KERNEL row_moments<T> moments_of_row(const T* row, const T* sums, std::int64_t r, layer_norm_rows g,
+                                              T epsilon) {
+  const T n = static_cast<T>(g.size);
+  T mean{0}, variance{0};
+  if (sums == nullptr) {
+    for (std::int64_t v = 0; v < g.held; ++v) mean += row[v];
+    mean /= n;
+    for (std::int64_t v = 0; v < g.held; ++v) variance += (row[v] - mean) * (row[v] - mean);
+    variance /= n;
+  } else {
+    mean = sums[r] / n;
+    variance = sums[g.rows + r] / n - mean * mean;
+    if (variance < T{0}) variance = T{0};  // rounding can push E[x^2] - mean^2 below zero
+  }
+  return {mean, T{1} / std::sqrt(variance + epsilon)};
+}
+
+// x_hat = (x - mean) * inv_sigma and inv_sigma[r] = 1 / sqrt(var + epsilon).
 template <class Space, class T>
 void layer_norm_forward(Space s, const T* x, const T* sums, T* x_hat, T* inv_sigma, layer_norm_rows g, T epsilon) {
   parallel_for(
       s, g.rows,
       [=] TYPEMESH_KERNEL(std::int64_t r) {
         const T* row = x + r * g.held;
-        const T n = static_cast<T>(g.size);
-        T mean{0}, variance{0};
-        if (sums == nullptr) {
-          for (std::int64_t v = 0; v < g.held; ++v) mean += row[v];
-          mean /= n;
-          for (std::int64_t v = 0; v < g.held; ++v) variance += (row[v] - mean) * (row[v] - mean);
-          variance /= n;
-        } else {
-          mean = sums[r] / n;
-          variance = sums[g.rows + r] / n - mean * mean;
-          if (variance < T{0}) variance = T{0};  // rounding can push E[x^2] - mean^2 below zero
-        }
-        const T inv = T{1} / std::sqrt(variance + epsilon);
-        inv_sigma[r] = inv;
+        const row_moments<T> m = moments_of_row(row, sums, r, g, epsilon);
+        inv_sigma[r] = m.inv_sigma;
         T* out = x_hat + r * g.held;
-        for (std::int64_t v = 0; v < g.held; ++v) out[v] = (row[v] - mean) * inv;
+        for (std::int64_t v = 0; v < g.held; ++v) out[v] = (row[v] - m.mean) * m.inv_sigma;
       },
       grain_for(g.held));
 }
 
-// sums[r] = sum of the row's gradient g; sums[rows + r] = sum of g * x_hat.
+// layer_norm_forward, and y = x_hat * scale + bias in the same pass (the
+// host's: one read of x for three arrays written).
+template <class T>
+void layer_norm_affine_forward(host_space s, const T* x, const T* sums, const T* scale, const T* bias, T* x_hat,
+                               T* y, T* inv_sigma, layer_norm_rows g, T epsilon) {
+  parallel_for(
+      s, g.rows,
+      [=](std::int64_t r) {
+        const T* row = x + r * g.held;
+        const row_moments<T> m = moments_of_row(row, sums, r, g, epsilon);
+        inv_sigma[r] = m.inv_sigma;
+        T* xh = x_hat + r * g.held;
+        T* out = y + r * g.held;
+        for (std::int64_t v = 0; v < g.held; ++v) {
+          const T normalised = (row[v] - m.mean) * m.inv_sigma;
+          xh[v] = normalised;
+          out[v] = normalised * scale[v] + bias[v];
+        }
+      },
+      grain_for(g.held));
+}
+
+// A row's sum(g) and sum(g * x_hat), g = dy or, given a scale, dy * scale.
+template <class T>
+TYPEMESH_KERNEL void gradient_sums_of_row(const T* gr, const T* scale, const T* xr, std::int64_t held, T& sum, T& dot) {
+  sum = T{0}, dot = T{0};
+  if (scale == nullptr) {
+    for (std::int64_t v = 0; v < held; ++v) {
+      sum += gr[v];
+      dot += gr[v] * xr[v];
+    }
+  } else {
+    for (std::int64_t v = 0; v < held; ++v) {
+      const T gv = gr[v] * scale[v];
+      sum += gv;
+      dot += gv * xr[v];
+    }
+  }
+}
+
+// sums[r] = sum of the row's gradient g of x_hat; sums[rows + r] = sum of
+// g * x_hat. g is dy, or dy * scale where a scale is given (the host's).
 template <class Space, class T>
-void layer_norm_gradient_sums(Space s, const T* dy, const T* x_hat, T* sums, layer_norm_rows g) {
+void layer_norm_gradient_sums(Space s, const T* dy, const T* x_hat, T* sums, layer_norm_rows g,
+                              const T* scale = nullptr) {
   parallel_for(
       s, g.rows,
       [=] TYPEMESH_KERNEL(std::int64_t r) {
-        const T* gr = dy + r * g.held;
-        const T* xr = x_hat + r * g.held;
-        T sum{0}, dot{0};
-        for (std::int64_t v = 0; v < g.held; ++v) {
-          sum += gr[v];
-          dot += gr[v] * xr[v];
-        }
-        sums[r] = sum;
-        sums[g.rows + r] = dot;
+        gradient_sums_of_row(dy + r * g.held, scale, x_hat + r * g.held, g.held, sums[r], sums[g.rows + r]);
       },
       grain_for(g.held));
 }
 
 // dx = (g - mean(g) - x_hat * mean(g * x_hat)) * inv_sigma, the means from
-// the allreduced `sums` or, when sums is null, from the row itself.
+// the allreduced `sums` or, when sums is null, from the row itself; g is dy,
+// or dy * scale where a scale is given (the host's).
 template <class Space, class T>
 void layer_norm_gradient(Space s, const T* dy, const T* x_hat, const T* inv_sigma, const T* sums, T* dx,
-                         layer_norm_rows g) {
+                         layer_norm_rows g, const T* scale = nullptr) {
   parallel_for(
       s, g.rows,
       [=] TYPEMESH_KERNEL(std::int64_t r) {
@@ -107,10 +157,7 @@ void layer_norm_gradient(Space s, const T* dy, const T* x_hat, const T* inv_sigm
         const T* xr = x_hat + r * g.held;
         T sum{0}, dot{0};
         if (sums == nullptr) {
-          for (std::int64_t v = 0; v < g.held; ++v) {
-            sum += gr[v];
-            dot += gr[v] * xr[v];
-          }
+          gradient_sums_of_row(gr, scale, xr, g.held, sum, dot);
         } else {
           sum = sums[r];
           dot = sums[g.rows + r];
@@ -118,7 +165,11 @@ void layer_norm_gradient(Space s, const T* dy, const T* x_hat, const T* inv_sigm
         const T n = static_cast<T>(g.size);
         const T mean_g = sum / n, mean_gx = dot / n, inv = inv_sigma[r];
         T* out = dx + r * g.held;
-        for (std::int64_t v = 0; v < g.held; ++v) out[v] = (gr[v] - mean_g - xr[v] * mean_gx) * inv;
+        if (scale == nullptr) {
+          for (std::int64_t v = 0; v < g.held; ++v) out[v] = (gr[v] - mean_g - xr[v] * mean_gx) * inv;
+        } else {
+          for (std::int64_t v = 0; v < g.held; ++v) out[v] = (gr[v] * scale[v] - mean_g - xr[v] * mean_gx) * inv;
+        }
       },
       grain_for(g.held));
 }

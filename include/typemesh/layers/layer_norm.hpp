@@ -7,10 +7,11 @@
 // and variance taken over dim D for every index of x's other dims. D is named
 // by the template argument; x's dims may come in any order, and y has x's.
 //
-// The normalisation x_hat = (x - mean) / sigma is one recorded op, a row
-// kernel forward and backward (backend/layer_norm.hpp); x_hat * scale + bias
-// are the broadcasting ops, which reduce the parameters' gradients over the
-// right axes.
+// On the host, x_hat = (x - mean) / sigma and x_hat * scale + bias are one
+// recorded op, a row kernel forward and backward (backend/layer_norm.hpp)
+// with the parameters' gradients reduced as mul and add reduce them. On
+// CUDA the normalisation is one op and x_hat * scale + bias are the
+// broadcasting ops.
 //
 // D may be split over a mesh axis A: each device then holds part of every
 // normalised row. Forward, each device sums its part of every row (x and
@@ -26,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "typemesh/autodiff/tape.hpp"
 #include "typemesh/backend/layer_norm.hpp"
@@ -78,9 +80,12 @@ void allreduce_row_sums(const Tensor& t, const std::array<bool, N>& axes, backen
   this_device().allreduce(t.mesh().group_along(t.device(), axes), backend::view(sums));
 }
 
-// dx from the gradient g of x_hat, both as rows with D innermost.
+// dx from dy, both as rows with D innermost: from the gradient g = dy of
+// x_hat or, given this device's slice of the scale (host only), from dy with
+// g = dy * scale computed on the fly.
 template <class D, class Other, class G, class XHat, class InvSigma>
-XHat gradient(const G& g, const XHat& x_hat, const InvSigma& inv_sigma, std::int64_t size) {
+XHat gradient(const G& g, const XHat& x_hat, const InvSigma& inv_sigma, std::int64_t size,
+              const typename XHat::value_type* scale = nullptr) {
   using T = typename XHat::value_type;
   using S = typename XHat::shape_type;
   using L = typename XHat::layout_type;
@@ -91,12 +96,21 @@ XHat gradient(const G& g, const XHat& x_hat, const InvSigma& inv_sigma, std::int
   const backend::layer_norm_rows geometry{inv_sigma.local_size(), g.template local_extent<D>(), size};
   const T* sums_data = nullptr;  // null: each row's sums come from the kernel's own pass
   backend::storage<T, space_of<M>> sums(split ? 2 * static_cast<std::size_t>(geometry.rows) : 0);
+  // Only the host's kernels take a scale (on CUDA the affine step stays apart).
+  constexpr bool host = std::is_same_v<space_of<M>, host_space>;
   if constexpr (split) {
-    backend::layer_norm_gradient_sums(g.space(), g.data(), x_hat.data(), backend::view(sums).data(), geometry);
+    T* partial = backend::view(sums).data();
+    if constexpr (host) backend::layer_norm_gradient_sums(g.space(), g.data(), x_hat.data(), partial, geometry, scale);
+    else backend::layer_norm_gradient_sums(g.space(), g.data(), x_hat.data(), partial, geometry);
     allreduce_row_sums(g, ops_detail::summed_axes<S, L, Other, M>(), sums);
-    sums_data = backend::view(sums).data();
+    sums_data = partial;
   }
-  backend::layer_norm_gradient(g.space(), g.data(), x_hat.data(), inv_sigma.data(), sums_data, dx.data(), geometry);
+  if constexpr (host) {
+    backend::layer_norm_gradient(g.space(), g.data(), x_hat.data(), inv_sigma.data(), sums_data, dx.data(), geometry,
+                                 scale);
+  } else {
+    backend::layer_norm_gradient(g.space(), g.data(), x_hat.data(), inv_sigma.data(), sums_data, dx.data(), geometry);
+  }
   return dx;
 }
 
@@ -149,6 +163,71 @@ auto normalise(const tensor<T, S, L, M>& x, T epsilon) {
                   }
                 }));
 }
+
+// normalise(x) * scale + bias as one recorded op, for the host: the forward
+// writes x_hat and y in one pass; backward, dx comes from dy and the scale
+// without storing dy * scale, and the parameters' gradients, sum(dy * x_hat)
+// and sum(dy) over everything but D, are reduced as mul's and add's are
+// (sum_back_to), so they take the same allreduces over the same axes.
+// Out is the composed ops' output type, which layer_norm checks is x's
+// canonical tensor.
+template <class D, class Out, class T, class S, class L, class M, class SS, class LS, class MS, class SB, class LB,
+          class MB>
+Out normalise_affine(const tensor<T, S, L, M>& x, const tensor<T, SS, LS, MS>& scale,
+                     const tensor<T, SB, LB, MB>& bias, T epsilon) {
+  using Other = shape_without<S, D>;
+  using Rows = shape_append<Other, D>;
+  using OtherL = canonical<Other, L>;
+  using rows_t = tensor<T, Rows, canonical<Rows, L>, M>;
+  using sums_t = backend::storage<T, space_of<M>>;
+  constexpr bool split = ops_detail::any(ops_detail::summed_axes<S, L, Other, M>());
+
+  const Rows rows_shape = shape_from<Rows>(x.shape(), x.shape());
+  const std::int64_t size = x.shape().template size<D>();
+  rows_t x_hat(x.mesh(), rows_shape, uninitialized), y(x.mesh(), rows_shape, uninitialized);  // written whole
+  tensor<T, Other, OtherL, M> inv_sigma(x.mesh(), ops_detail::reduced_sizes<S, D>(x.shape()), uninitialized);
+  layers_detail::visit_in_dim_order(x, rows_shape, [&](const auto& rows) {
+    if (!rows.holds_data()) return;
+    const backend::layer_norm_rows geometry{inv_sigma.local_size(), rows.template local_extent<D>(), size};
+    const T* sums_data = nullptr;  // null: each row's sums come from the kernel's own passes
+    sums_t sums(split ? 2 * static_cast<std::size_t>(geometry.rows) : 0);
+    if constexpr (split) {
+      backend::layer_norm_partial_sums(rows.space(), rows.data(), backend::view(sums).data(), geometry);
+      allreduce_row_sums(rows, ops_detail::summed_axes<S, L, Other, M>(), sums);
+      sums_data = backend::view(sums).data();
+    }
+    backend::layer_norm_affine_forward(rows.space(), rows.data(), sums_data, scale.data(), bias.data(), x_hat.data(),
+                                       y.data(), inv_sigma.data(), geometry, epsilon);
+  });
+  Out out(layers_detail::in_dim_order(std::move(y), x.shape()));
+  if (!autodiff::recording() || !(x.tracked() || scale.tracked() || bias.tracked())) return out;
+  // dy in rows, as the kernels read it.
+  const auto in_rows = [rows_shape](const Out& dy) {
+    if constexpr (std::is_same_v<Rows, S>) return dy;
+    else return ops_detail::broadcast_to<Rows, canonical<Rows, L>>(dy, rows_shape);
+  };
+  return record(
+      std::move(out), "layer_norm",
+      gradient_of(x,
+                  [x_hat, inv_sigma = std::move(inv_sigma), scale_values = scale.detached(), in_rows, size,
+                   x_shape = x.shape()](const Out& dy) {
+                    return layers_detail::in_dim_order(
+                        gradient<D, Other>(in_rows(dy), x_hat, inv_sigma, size, scale_values.data()), x_shape);
+                  }),
+      gradient_of(scale,
+                  [x_hat, x_shape = x.shape(), scale_shape = scale.shape()](const Out& dy) {
+                    const Out normalised(layers_detail::in_dim_order(x_hat, x_shape));
+                    Out g(dy.mesh(), dy.shape(), uninitialized);
+                    if (dy.holds_data()) {
+                      backend::zip(g.space(), dy.data(), normalised.data(), g.data(), g.local_size(),
+                                   ops_detail::mul_value{});
+                    }
+                    return ops_detail::sum_back_to<SS, LS>(g, scale_shape);
+                  }),
+      gradient_of(bias, [bias_shape = bias.shape()](const Out& dy) {
+        return ops_detail::sum_back_to<SB, LB>(dy, bias_shape);
+      }));
+}
 }  // namespace layer_norm_detail
 
 template <class D, class T, class S, class L, class M, class SS, class LS, class MS, class SB, class LB, class MB>
@@ -168,8 +247,14 @@ auto layer_norm(const tensor<T, S, L, M>& x, const tensor<T, SS, LS, MS>& scale,
                                     scale.shape().describe(), " and bias ", bias.shape().describe()));
     }
     // Qualified calls: the arguments' namespaces must not offer other overloads.
-    auto normalised = layer_norm_detail::normalise<D>(x, static_cast<T>(epsilon));
-    return typemesh::add(typemesh::mul(normalised, scale), bias);
+    using normalised_t = tensor<T, S, canonical<S, L>, M>;
+    using out_t = decltype(typemesh::add(typemesh::mul(std::declval<const normalised_t&>(), scale), bias));
+    if constexpr (std::is_same_v<space_of<M>, host_space> && std::is_same_v<out_t, normalised_t>) {
+      return layer_norm_detail::normalise_affine<D, out_t>(x, scale, bias, static_cast<T>(epsilon));
+    } else {
+      auto normalised = layer_norm_detail::normalise<D>(x, static_cast<T>(epsilon));
+      return typemesh::add(typemesh::mul(normalised, scale), bias);
+    }
   }
 }
 
