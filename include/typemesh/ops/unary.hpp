@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <span>
+#include <string_view>
 #include <type_traits>
 
 #include "typemesh/autodiff/tape.hpp"
@@ -47,64 +48,71 @@ TYPEMESH_KERNEL T positive_step(T v) {
 #endif
 }
 
-// dy * d(x, y), the gradient of a unary function with derivative d.
+// dy * d(u), the gradient of a unary function whose derivative d is written
+// in terms of u: the input x or the output y, whichever it needs.
 template <class D>
 struct times_derivative {
   D d;
   template <class T>
-  TYPEMESH_KERNEL T operator()(T x, T y, T dy) const {
-    return dy * d(x, y);
+  TYPEMESH_KERNEL T operator()(T u, T dy) const {
+    return dy * d(u);
   }
 };
 
-// A unary function y = f(x) whose derivative is d(x, y). Recording keeps x
-// and y for the gradient dy * d(x, y).
-template <class T, class S, class L, class M, class F, class D>
+// A unary function y = f(x) whose derivative is d(y) (OfOutput) or d(x).
+// Recording keeps only that one tensor for the gradient dy * d(.): with
+// relu after a dense layer, the layer's product can be freed once relu has
+// read it, and the gradient reads two arrays instead of three.
+template <bool OfOutput, class T, class S, class L, class M, class F, class D>
 tensor<T, S, L, M> unary(const char* what, const tensor<T, S, L, M>& x, F f, D d) {
   using t = tensor<T, S, L, M>;
   t y = apply<T>(x, f);
   if (!autodiff::recording() || !x.tracked()) return y;
-  return record(std::move(y), what, gradient_of(x, [xv = x.detached(), yv = y.detached(), d](const t& dy) {
-                  t dx(xv.mesh(), xv.shape(), uninitialized);
-                  backend::zip3(dx.space(), xv.data(), yv.data(), dy.data(), dx.data(), dx.local_size(),
-                                times_derivative<D>{d});
+  return record(std::move(y), what, gradient_of(x, [kept = OfOutput ? y.detached() : x.detached(), d](const t& dy) {
+                  t dx(kept.mesh(), kept.shape(), uninitialized);
+                  backend::zip(dx.space(), kept.data(), dy.data(), dx.data(), dx.local_size(),
+                               times_derivative<D>{d});
                   return dx;
                 }));
 }
 
 }  // namespace ops_detail
 
-#define TYPEMESH_UNARY(NAME, F, D)                                              \
-  namespace ops_detail {                                                        \
-  struct NAME##_value {                                                         \
-    template <class T>                                                          \
-    TYPEMESH_KERNEL T operator()(T v) const {                                   \
-      return F;                                                                 \
-    }                                                                           \
-  };                                                                            \
-  struct NAME##_derivative {                                                    \
-    template <class T>                                                          \
-    TYPEMESH_KERNEL T operator()([[maybe_unused]] T v, [[maybe_unused]] T y) const { \
-      return D;                                                                 \
-    }                                                                           \
-  };                                                                            \
-  }                                                                             \
-  template <class T, class S, class L, class M>                                 \
-  tensor<T, S, L, M> NAME(const tensor<T, S, L, M>& x) {                        \
-    return ops_detail::unary(#NAME, x, ops_detail::NAME##_value{}, ops_detail::NAME##_derivative{}); \
+// U names what the derivative D is written in: v (the input) or y (the output).
+#define TYPEMESH_UNARY(NAME, F, U, D)                                                 \
+  namespace ops_detail {                                                              \
+  struct NAME##_value {                                                               \
+    template <class T>                                                                \
+    TYPEMESH_KERNEL T operator()(T v) const {                                         \
+      return F;                                                                       \
+    }                                                                                 \
+  };                                                                                  \
+  struct NAME##_derivative {                                                          \
+    template <class T>                                                                \
+    TYPEMESH_KERNEL T operator()([[maybe_unused]] T U) const {                        \
+      return D;                                                                       \
+    }                                                                                 \
+  };                                                                                  \
+  }                                                                                   \
+  template <class T, class S, class L, class M>                                       \
+  tensor<T, S, L, M> NAME(const tensor<T, S, L, M>& x) {                              \
+    constexpr bool of_output = std::string_view(#U) == "y";                           \
+    return ops_detail::unary<of_output>(#NAME, x, ops_detail::NAME##_value{},         \
+                                        ops_detail::NAME##_derivative{});             \
   }
 
-// Each line: the function of v, and its derivative in terms of v and y = f(v).
-TYPEMESH_UNARY(relu, v > T{0} ? v : T{0}, positive_step(v))
-TYPEMESH_UNARY(sigmoid, T{1} / (T{1} + std::exp(-v)), y*(T{1} - y))
-TYPEMESH_UNARY(tanh, std::tanh(v), T{1} - y * y)
-TYPEMESH_UNARY(exp, std::exp(v), y)
-TYPEMESH_UNARY(log, std::log(v), T{1} / v)
-TYPEMESH_UNARY(sqrt, std::sqrt(v), T{0.5} / y)
-TYPEMESH_UNARY(rsqrt, T{1} / std::sqrt(v), T{-0.5} * y * y * y)
-TYPEMESH_UNARY(square, v* v, T{2} * v)
-TYPEMESH_UNARY(negative, -v, T{-1})
-TYPEMESH_UNARY(abs, v < T{0} ? -v : v, v < T{0} ? T{-1} : T{1})
+// Each line: the function of v, and its derivative in terms of v or of
+// y = f(v). relu's y is positive exactly where v is (a NaN gives 0 for both).
+TYPEMESH_UNARY(relu, v > T{0} ? v : T{0}, y, positive_step(y))
+TYPEMESH_UNARY(sigmoid, T{1} / (T{1} + std::exp(-v)), y, y*(T{1} - y))
+TYPEMESH_UNARY(tanh, std::tanh(v), y, T{1} - y * y)
+TYPEMESH_UNARY(exp, std::exp(v), y, y)
+TYPEMESH_UNARY(log, std::log(v), v, T{1} / v)
+TYPEMESH_UNARY(sqrt, std::sqrt(v), y, T{0.5} / y)
+TYPEMESH_UNARY(rsqrt, T{1} / std::sqrt(v), y, T{-0.5} * y * y * y)
+TYPEMESH_UNARY(square, v* v, v, T{2} * v)
+TYPEMESH_UNARY(negative, -v, v, T{-1})
+TYPEMESH_UNARY(abs, v < T{0} ? -v : v, v, v < T{0} ? T{-1} : T{1})
 #undef TYPEMESH_UNARY
 
 // x * factor.
