@@ -21,6 +21,9 @@
 //   small m  einsum of 32 rows (an LSTM step's and a small batch's products,
 //           which typemesh computes with its own unpacked kernels) against
 //           cblas_sgemm of the same sizes.
+//   attention per-head products  the logits and the weighted values of
+//           every (batch entry, head) through two einsums against one
+//           cblas_sgemm call per product with the same strides.
 //
 // Method: one untimed warm-up whose result is checked against a direct
 // computation (a wrong one exits with status 1: all the ctest smoke test
@@ -182,6 +185,64 @@ void matmul(const options& o, int bs, int ks, int ns, int devices) {
   row((label + ", w [n,k]").c_str(), size, worst(ours_t), worst(ref_t), flops / devices);
 }
 
+// --- attention's per-head products ------------------------------------------------
+
+struct entry : typemesh::dim<"entry"> {};  // a batch entry
+struct heads : typemesh::dim<"heads"> {};
+struct query : typemesh::dim<"query"> {};
+struct memory : typemesh::dim<"memory"> {};
+struct depth : typemesh::dim<"depth"> {};
+
+// logits = q . k^T and out = logits . v for every (batch entry, head), as
+// attention computes them (q, k, v [batch, length, heads, depth]), through
+// typemesh's einsums against one cblas_sgemm call per product with the same
+// strides.
+void attention_products(const options& o, int bs, int hs, int ls, int ds) {
+  const std::size_t qkv = std::size_t(bs) * ls * hs * ds, per_head = std::size_t(ls) * ls;
+  const auto qs = random_floats(qkv, 6), ks = random_floats(qkv, 7), vs = random_floats(qkv, 8);
+  const double flops = 2.0 * 2.0 * bs * hs * ls * ls * ds;
+  const std::string size = std::to_string(bs) + "x" + std::to_string(hs) + "x" + std::to_string(ls) + "x" +
+                           std::to_string(ds);
+  double ours = 0, ref = 0;
+  typemesh::launch(1, [&] {
+    one_mesh m({1});
+    using in_shape = shape<entry, query, heads, depth>;
+    using memory_shape = shape<entry, memory, heads, depth>;
+    auto q = typemesh::import_tensor<layout<>>(m, typemesh::host_tensor<float, in_shape>({bs, ls, hs, ds}, qs));
+    auto k = typemesh::import_tensor<layout<>>(m, typemesh::host_tensor<float, memory_shape>({bs, ls, hs, ds}, ks));
+    auto v = typemesh::import_tensor<layout<>>(m, typemesh::host_tensor<float, memory_shape>({bs, ls, hs, ds}, vs));
+    std::vector<float> logits(std::size_t(bs) * hs * per_head), out(qkv);
+    const int ld = hs * ds;
+    auto reference = [&] {
+      for (int bi = 0; bi < bs; ++bi) {
+        for (int h = 0; h < hs; ++h) {
+          const std::size_t in = std::size_t(bi) * ls * ld + std::size_t(h) * ds;
+          float* p = logits.data() + (std::size_t(bi) * hs + h) * per_head;
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ls, ls, ds, 1.0f, qs.data() + in, ld, ks.data() + in,
+                      ld, 0.0f, p, ls);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ls, ds, ls, 1.0f, p, ls, vs.data() + in, ld, 0.0f,
+                      out.data() + in, ld);
+        }
+      }
+      typemesh_bench::touch(out.data());
+    };
+    auto products = [&] {
+      return typemesh::einsum<entry, query, heads, depth>(typemesh::einsum<entry, heads, query, memory>(q, k), v);
+    };
+    // Warm-up and check against the direct calls.
+    const auto y = products();
+    reference_blas_threads();
+    reference();
+    bool same = true;
+    for (std::size_t i = 0; i < out.size(); ++i) same = same && std::abs(out[i] - y.local()[i]) <= 1e-3f;
+    check(same, "attention products " + size + " differ from sgemm");
+    ours = time_median(o, [&] { keep(products()); });
+    reference_blas_threads();
+    ref = time_median(o, reference);
+  });
+  row("attention per-head products", size, ours, ref, flops);
+}
+
 // --- elementwise -------------------------------------------------------------------
 
 void elementwise(const options& o, int bs, int ns) {
@@ -324,6 +385,9 @@ int main(int argc, char** argv) {
     matmul(o, 32, 1024, 4096, 1);
   }
   for (int s : sizes) matmul(o, s, s, s, 2);
+  // The peer Transformer's (16 x 8 heads of 128 x 64).
+  if (o.quick) attention_products(o, 2, 2, 32, 16);
+  else attention_products(o, 16, 8, 128, 64);
   std::printf("(elementwise: reference = memcpy of the output's bytes)\n");
   for (int s : sizes) elementwise(o, s, s);
   std::printf("(layers: ratio = achieved GFLOP/s / sgemm GFLOP/s of the same GEMM shape)\n");

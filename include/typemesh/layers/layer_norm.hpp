@@ -114,6 +114,28 @@ XHat gradient(const G& g, const XHat& x_hat, const InvSigma& inv_sigma, std::int
   return dx;
 }
 
+// Calls kernel(rows, sums, geometry) with x's rows (D innermost: x itself
+// when D is its last dim, else a local transpose) on a device that holds
+// some, where sums are the rows' allreduced sums when D is split, else null
+// (the kernels then take each row's sums in their own passes).
+template <class D, class Other, class T, class S, class L, class M, class Rows, class Kernel>
+void on_rows(const tensor<T, S, L, M>& x, const Rows& rows_shape, std::int64_t rows_count, Kernel kernel) {
+  constexpr bool split = ops_detail::any(ops_detail::summed_axes<S, L, Other, M>());
+  layers_detail::visit_in_dim_order(x, rows_shape, [&](const auto& rows) {
+    if (!rows.holds_data()) return;
+    const backend::layer_norm_rows geometry{rows_count, rows.template local_extent<D>(),
+                                            x.shape().template size<D>()};
+    backend::storage<T, space_of<M>> sums(split ? 2 * static_cast<std::size_t>(geometry.rows) : 0);
+    if constexpr (split) {
+      backend::layer_norm_partial_sums(rows.space(), rows.data(), backend::view(sums).data(), geometry);
+      allreduce_row_sums(rows, ops_detail::summed_axes<S, L, Other, M>(), sums);
+      kernel(rows, static_cast<const T*>(backend::view(sums).data()), geometry);
+    } else {
+      kernel(rows, static_cast<const T*>(nullptr), geometry);
+    }
+  });
+}
+
 // x_hat = (x - mean_D(x)) / sqrt(var_D(x) + epsilon), recorded as one op.
 // The kernels see rows with D innermost: x itself when D is its last dim,
 // else a local transpose.
@@ -124,25 +146,13 @@ auto normalise(const tensor<T, S, L, M>& x, T epsilon) {
   using OtherL = canonical<Other, L>;
   using out_t = tensor<T, S, canonical<S, L>, M>;
   using rows_t = tensor<T, Rows, canonical<Rows, L>, M>;
-  using sums_t = backend::storage<T, space_of<M>>;
-  constexpr bool split = ops_detail::any(ops_detail::summed_axes<S, L, Other, M>());
 
   const Rows rows_shape = shape_from<Rows>(x.shape(), x.shape());
   const std::int64_t size = x.shape().template size<D>();
   rows_t x_hat(x.mesh(), rows_shape, uninitialized);  // the kernel writes every element
   tensor<T, Other, OtherL, M> inv_sigma(x.mesh(), ops_detail::reduced_sizes<S, D>(x.shape()), uninitialized);
-  layers_detail::visit_in_dim_order(x, rows_shape, [&](const auto& rows) {
-    if (!rows.holds_data()) return;
-    const backend::layer_norm_rows geometry{inv_sigma.local_size(), rows.template local_extent<D>(), size};
-    const T* sums_data = nullptr;  // null: each row's sums come from the kernel's own passes
-    sums_t sums(split ? 2 * static_cast<std::size_t>(geometry.rows) : 0);
-    if constexpr (split) {
-      backend::layer_norm_partial_sums(rows.space(), rows.data(), backend::view(sums).data(), geometry);
-      allreduce_row_sums(rows, ops_detail::summed_axes<S, L, Other, M>(), sums);
-      sums_data = backend::view(sums).data();
-    }
-    backend::layer_norm_forward(rows.space(), rows.data(), sums_data, x_hat.data(), inv_sigma.data(), geometry,
-                                epsilon);
+  on_rows<D, Other>(x, rows_shape, inv_sigma.local_size(), [&](const auto& rows, const T* sums, auto geometry) {
+    backend::layer_norm_forward(rows.space(), rows.data(), sums, x_hat.data(), inv_sigma.data(), geometry, epsilon);
   });
   if (!autodiff::recording() || !x.tracked()) return out_t(layers_detail::in_dim_order(std::move(x_hat), x.shape()));
   // Backward keeps x_hat in rows; the output is a copy in x's dim order.
@@ -179,24 +189,13 @@ Out normalise_affine(const tensor<T, S, L, M>& x, const tensor<T, SS, LS, MS>& s
   using Rows = shape_append<Other, D>;
   using OtherL = canonical<Other, L>;
   using rows_t = tensor<T, Rows, canonical<Rows, L>, M>;
-  using sums_t = backend::storage<T, space_of<M>>;
-  constexpr bool split = ops_detail::any(ops_detail::summed_axes<S, L, Other, M>());
 
   const Rows rows_shape = shape_from<Rows>(x.shape(), x.shape());
   const std::int64_t size = x.shape().template size<D>();
   rows_t x_hat(x.mesh(), rows_shape, uninitialized), y(x.mesh(), rows_shape, uninitialized);  // written whole
   tensor<T, Other, OtherL, M> inv_sigma(x.mesh(), ops_detail::reduced_sizes<S, D>(x.shape()), uninitialized);
-  layers_detail::visit_in_dim_order(x, rows_shape, [&](const auto& rows) {
-    if (!rows.holds_data()) return;
-    const backend::layer_norm_rows geometry{inv_sigma.local_size(), rows.template local_extent<D>(), size};
-    const T* sums_data = nullptr;  // null: each row's sums come from the kernel's own passes
-    sums_t sums(split ? 2 * static_cast<std::size_t>(geometry.rows) : 0);
-    if constexpr (split) {
-      backend::layer_norm_partial_sums(rows.space(), rows.data(), backend::view(sums).data(), geometry);
-      allreduce_row_sums(rows, ops_detail::summed_axes<S, L, Other, M>(), sums);
-      sums_data = backend::view(sums).data();
-    }
-    backend::layer_norm_affine_forward(rows.space(), rows.data(), sums_data, scale.data(), bias.data(), x_hat.data(),
+  on_rows<D, Other>(x, rows_shape, inv_sigma.local_size(), [&](const auto& rows, const T* sums, auto geometry) {
+    backend::layer_norm_affine_forward(rows.space(), rows.data(), sums, scale.data(), bias.data(), x_hat.data(),
                                        y.data(), inv_sigma.data(), geometry, epsilon);
   });
   Out out(layers_detail::in_dim_order(std::move(y), x.shape()));

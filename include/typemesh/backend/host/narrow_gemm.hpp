@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "typemesh/backend/host/simd.hpp"
+#include "typemesh/backend/host/small_gemm.hpp"
 #include "typemesh/backend/parallel.hpp"
 
 // The AVX-512 transpose is written with __builtin_shufflevector (GCC 12,
@@ -59,17 +60,8 @@ using simd::lanes;
 using simd::load;
 using simd::store;
 
-// One product, B already in its [k, n] buffer (row stride ldb).
-struct operands {
-  const float* a;
-  std::int64_t lda;
-  const float* b;
-  std::int64_t ldb;
-  float* c;
-  std::int64_t ldc;
-  std::int64_t m, n, k;
-  float alpha, beta;
-};
+// One product (small_gemm's operands), B already in its [k, n] buffer.
+using small_gemm_kernels::operands;
 
 // Rows [i0, i0 + MR) and columns [j0, j0 + NV lanes) of C. C is not read
 // where beta is 0 (it may be uninitialised).
