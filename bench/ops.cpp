@@ -21,9 +21,9 @@
 //   small m  einsum of 32 rows (an LSTM step's and a small batch's products,
 //           which typemesh computes with its own unpacked kernels) against
 //           cblas_sgemm of the same sizes.
-//   attention per-head products  the logits and the weighted values of
-//           every (batch entry, head) through two einsums against one
-//           cblas_sgemm call per product with the same strides.
+//   attention products  the logits and the weighted values of every (batch
+//           entry, head) through two einsums against one cblas_sgemm call per
+//           product with the same strides, on one thread.
 //
 // Method: one untimed warm-up whose result is checked against a direct
 // computation (a wrong one exits with status 1: all the ctest smoke test
@@ -196,7 +196,8 @@ struct depth : typemesh::dim<"depth"> {};
 // logits = q . k^T and out = logits . v for every (batch entry, head), as
 // attention computes them (q, k, v [batch, length, heads, depth]), through
 // typemesh's einsums against one cblas_sgemm call per product with the same
-// strides.
+// strides. On one thread: typemesh spreads the products over its threads,
+// and OpenBLAS would cut each one.
 void attention_products(const options& o, int bs, int hs, int ls, int ds) {
   const std::size_t qkv = std::size_t(bs) * ls * hs * ds, per_head = std::size_t(ls) * ls;
   const auto qs = random_floats(qkv, 6), ks = random_floats(qkv, 7), vs = random_floats(qkv, 8);
@@ -204,7 +205,7 @@ void attention_products(const options& o, int bs, int hs, int ls, int ds) {
   const std::string size = std::to_string(bs) + "x" + std::to_string(hs) + "x" + std::to_string(ls) + "x" +
                            std::to_string(ds);
   double ours = 0, ref = 0;
-  typemesh::launch(1, [&] {
+  typemesh::launch({.devices = 1, .threads_per_device = 1}, [&](typemesh::device&) {
     one_mesh m({1});
     using in_shape = shape<entry, query, heads, depth>;
     using memory_shape = shape<entry, memory, heads, depth>;
@@ -240,7 +241,7 @@ void attention_products(const options& o, int bs, int hs, int ls, int ds) {
     reference_blas_threads();
     ref = time_median(o, reference);
   });
-  row("attention per-head products", size, ours, ref, flops);
+  row("attention products, 1 thread", size, ours, ref, flops);
 }
 
 // --- elementwise -------------------------------------------------------------------
