@@ -2,7 +2,7 @@
 // block per row (parallel_for_blocks), whose threads fold the row's sums
 // together (cuda::block_fold) and then write its elements, neighbouring
 // threads neighbouring elements. Same formulas as the host's; the sums run
-// in the block's fixed order instead of column order, so the results agree
+// in the block's fixed order instead of the host's lanes, so the results agree
 // with the host's to rounding and are the same bits on every run. The
 // backward's two row sums (dy and dy * x_hat) share one pass; the
 // forward's mean and variance cannot (the variance's pass needs the mean).
