@@ -33,6 +33,40 @@ struct layer_norm_rows {
   std::int64_t rows, held, size;
 };
 
+// A row's sums run in eight interleaved lanes (element v into lane v % 8),
+// then the lanes in order: a fixed order whatever the thread count, with
+// eight additions in flight where one chain waited on each addition (a
+// Transformer's rows of 512: about 4 cycles an element).
+inline constexpr int row_lanes = 8;
+template <class T>
+TYPEMESH_KERNEL T fold_lanes(const T (&lanes)[row_lanes]) {
+  T total{0};
+  for (int l = 0; l < row_lanes; ++l) total += lanes[l];
+  return total;
+}
+
+// A row's sum, and the sum of its squared deviations from its own mean
+// (sum / held): two passes, in lanes.
+template <class T>
+struct row_sums {
+  T sum, squares;
+};
+template <class T>
+TYPEMESH_KERNEL row_sums<T> two_pass_sums(const T* row, std::int64_t held) {
+  const std::int64_t whole = held / row_lanes * row_lanes;
+  T lanes[row_lanes] = {};
+  for (std::int64_t v = 0; v < whole; v += row_lanes)
+    for (int l = 0; l < row_lanes; ++l) lanes[l] += row[v + l];
+  for (std::int64_t v = whole; v < held; ++v) lanes[v - whole] += row[v];
+  const T sum = fold_lanes(lanes);
+  const T mean = held > 0 ? sum / static_cast<T>(held) : T{0};
+  T squares[row_lanes] = {};
+  for (std::int64_t v = 0; v < whole; v += row_lanes)
+    for (int l = 0; l < row_lanes; ++l) squares[l] += (row[v + l] - mean) * (row[v + l] - mean);
+  for (std::int64_t v = whole; v < held; ++v) squares[v - whole] += (row[v] - mean) * (row[v] - mean);
+  return {sum, fold_lanes(squares)};
+}
+
 // sums[r] = sum of the row's x; sums[rows + r] = sum of its x^2, accumulated
 // as the squared deviations from the local mean plus held * mean^2 (fewer
 // rounding errors than squaring x directly).
@@ -41,14 +75,10 @@ void layer_norm_partial_sums(Space s, const T* x, T* sums, layer_norm_rows g) {
   parallel_for(
       s, g.rows,
       [=] TYPEMESH_KERNEL(std::int64_t r) {
-        const T* row = x + r * g.held;
-        T sum{0};
-        for (std::int64_t v = 0; v < g.held; ++v) sum += row[v];
-        const T local_mean = g.held > 0 ? sum / static_cast<T>(g.held) : T{0};
-        T squares{0};
-        for (std::int64_t v = 0; v < g.held; ++v) squares += (row[v] - local_mean) * (row[v] - local_mean);
-        sums[r] = sum;
-        sums[g.rows + r] = squares + static_cast<T>(g.held) * local_mean * local_mean;
+        const row_sums<T> part = two_pass_sums(x + r * g.held, g.held);
+        const T local_mean = g.held > 0 ? part.sum / static_cast<T>(g.held) : T{0};
+        sums[r] = part.sum;
+        sums[g.rows + r] = part.squares + static_cast<T>(g.held) * local_mean * local_mean;
       },
       grain_for(g.held));
 }
@@ -60,35 +90,15 @@ struct row_moments {
   T mean, inv_sigma;
 };
 
-// A row's sums on the host run in eight interleaved lanes (element v into
-// lane v % 8), then the lanes in order: a fixed order whatever the thread
-// count, with eight additions in flight where one chain waited on each
-// addition (a Transformer's rows of 512: about 4 cycles an element).
-inline constexpr int row_lanes = 8;
-template <class T>
-TYPEMESH_KERNEL T fold_lanes(const T (&lanes)[row_lanes]) {
-  T total{0};
-  for (int l = 0; l < row_lanes; ++l) total += lanes[l];
-  return total;
-}
-
 template <class T>
 TYPEMESH_KERNEL row_moments<T> moments_of_row(const T* row, const T* sums, std::int64_t r, layer_norm_rows g,
                                               T epsilon) {
   const T n = static_cast<T>(g.size);
   T mean{0}, variance{0};
-  if (sums == nullptr) {
-    const std::int64_t whole = g.held / row_lanes * row_lanes;
-    T lanes[row_lanes] = {};
-    for (std::int64_t v = 0; v < whole; v += row_lanes)
-      for (int l = 0; l < row_lanes; ++l) lanes[l] += row[v + l];
-    for (std::int64_t v = whole; v < g.held; ++v) lanes[v - whole] += row[v];
-    mean = fold_lanes(lanes) / n;
-    T squares[row_lanes] = {};
-    for (std::int64_t v = 0; v < whole; v += row_lanes)
-      for (int l = 0; l < row_lanes; ++l) squares[l] += (row[v + l] - mean) * (row[v + l] - mean);
-    for (std::int64_t v = whole; v < g.held; ++v) squares[v - whole] += (row[v] - mean) * (row[v] - mean);
-    variance = fold_lanes(squares) / n;
+  if (sums == nullptr) {  // D whole: held is its size
+    const row_sums<T> whole = two_pass_sums(row, g.held);
+    mean = whole.sum / n;
+    variance = whole.squares / n;
   } else {
     mean = sums[r] / n;
     variance = sums[g.rows + r] / n - mean * mean;
@@ -135,7 +145,7 @@ void layer_norm_affine_forward(host_space s, const T* x, const T* sums, const T*
 }
 
 // A row's sum(g) and sum(g * x_hat), g = dy or, given a scale, dy * scale.
-// In lanes, as moments_of_row.
+// In lanes, as two_pass_sums, both in one pass.
 template <class T>
 TYPEMESH_KERNEL void gradient_sums_of_row(const T* gr, const T* scale, const T* xr, std::int64_t held, T& sum, T& dot) {
   T sums[row_lanes] = {}, dots[row_lanes] = {};
