@@ -507,6 +507,30 @@ TEST(Pooling, UnderLayoutsEqualsOneDeviceAndFiniteDifferences) {
   }
 }
 
+// Windows that tile the image (stride = window, no padding, sizes that
+// divide): each output writes its window's gradient itself, zeros included,
+// into a gradient that was never zeroed (backend::max_pool_grad).
+struct tiling_pool_case {
+  typemesh::pool2d_options o;
+  template <class LX, class M>
+  outcome operator()(const M& m, const std::vector<values>& in) const {
+    auto x = import_tensor<LX>(m, host(image{NB, NH, NW, NC}, in[0]));
+    x.requires_grad("x");
+    return finish(weighted_sum(typemesh::max_pool2d<h, w>(x, o)), x);
+  }
+};
+
+TEST(Pooling, WindowsThatTileTheImageGiveEveryElementItsGradient) {
+  static_assert(NH % 7 == 0 && NW % 2 == 0 && NW % 3 == 0);
+  for (const typemesh::pool2d_options o : {typemesh::pool2d_options{.window = {1, 2}, .strides = {1, 2}},
+                                           typemesh::pool2d_options{.window = {7, 3}, .strides = {7, 3}}}) {
+    SCOPED_TRACE(testing::Message() << "window " << o.window.h << "x" << o.window.w);
+    const tiling_pool_case cs{o};
+    check_layouts<M2, layout<batch(a0)>>("batch split", {4, 1}, pool_inputs, cs);
+    check_layouts<M2, layout<batch(a1), c(a0)>>("batch and channels", {2, 2}, pool_inputs, cs);
+  }
+}
+
 TEST(Pooling, ForwardEqualsDirectLoops) {
   for (auto kind : {pool_kind::max, pool_kind::avg}) {
     for (const auto& cfg : configs) {

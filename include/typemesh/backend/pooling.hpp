@@ -11,6 +11,7 @@
 #include "typemesh/backend/config.hpp"
 #include "typemesh/backend/conv.hpp"
 #include "typemesh/backend/host/max_pool.hpp"
+#include "typemesh/backend/kernels.hpp"
 #include "typemesh/backend/parallel.hpp"
 #include "typemesh/core/space.hpp"
 
@@ -24,6 +25,11 @@ struct pool_geometry {
   window_axis h, w;
 
   TYPEMESH_HOST_DEVICE std::int64_t window_elements() const { return h.size * w.size; }
+  // Whether the windows tile the image: every element lies in exactly one.
+  TYPEMESH_HOST_DEVICE bool windows_tile() const {
+    return h.stride == h.size && w.stride == w.size && h.pad_before == 0 && w.pad_before == 0 &&
+           h.out * h.size == h.in && w.out * w.size == w.in;
+  }
 };
 
 namespace detail {
@@ -89,9 +95,13 @@ void max_pool_forward(Space s, const T* x, T* y, std::int64_t* argmax, const poo
 // of consecutive elements long enough to use whole cache lines.
 inline constexpr std::int64_t max_pool_grad_block = 32;
 
-// dx[argmax[i]] += dy[i] over the outputs i. Where windows do not overlap
-// (stride at least the window, both ways), each output owns its window's
-// elements and adds into them itself. Else one index per image and block of
+// dx = the gradient of the maxima: the sum of dy[i] over the outputs i whose
+// maximum it is (argmax[i]), zero elsewhere; dx's values before are not read.
+// Where the windows tile the image, each output writes its own window: zeros,
+// then dy at its maximum (as 0 + dy[i], the bits of adding to a zero), with no
+// pass of zeros over dx first. Else dx is zeroed first. Where windows do not
+// overlap (stride at least the window, both ways), each output then adds
+// into its window's elements itself. Else one index per image and block of
 // channels adds those channels of that image's outputs in output order: an
 // output reaches only elements of its own image and channels, and each
 // element gets its gradients in a sequential loop's order. (A gather per
@@ -100,6 +110,22 @@ inline constexpr std::int64_t max_pool_grad_block = 32;
 template <class Space, class T>
 void max_pool_grad(Space s, const T* dy, const std::int64_t* argmax, T* dx, const pool_geometry& g) {
   const std::int64_t pix = g.h.out * g.w.out;
+  if (g.windows_tile()) {
+    parallel_for(
+        s, g.images * pix,
+        [=] TYPEMESH_KERNEL(std::int64_t o) {
+          const std::int64_t c = g.channels, out = o * c, run = g.w.size * c;
+          const std::int64_t b = o / pix, oh = (o % pix) / g.w.out, ow = o % g.w.out;
+          for (std::int64_t ih = oh * g.h.size; ih < (oh + 1) * g.h.size; ++ih) {
+            T* row = dx + ((b * g.h.in + ih) * g.w.in + ow * g.w.size) * c;
+            for (std::int64_t e = 0; e < run; ++e) row[e] = T{0};
+          }
+          for (std::int64_t k = 0; k < c; ++k) dx[argmax[out + k]] = T{0} + dy[out + k];
+        },
+        grain_for(g.window_elements() * g.channels));
+    return;
+  }
+  fill(s, dx, g.images * g.h.in * g.w.in * g.channels, T{0});
   if (g.images == 0 || g.channels == 0 || pix == 0) return;
   if (g.h.stride >= g.h.size && g.w.stride >= g.w.size) {
     parallel_for(

@@ -162,7 +162,8 @@ auto max_pool2d(const tensor<T, S, L, M>& x, const pool2d_options& options) {
     if (!autodiff::recording() || !x.tracked()) return out;
     return record(std::move(out), "max_pool2d", gradient_of(x, [argmax, g = p.g, xs = x.shape()](const out_t& dy) {
                     auto&& dyn = conv_detail::in_order<typename P::ON>(dy);
-                    return conv_detail::filled_in_order<in_t, typename P::PN>(dy.mesh(), xs, [&](auto& dx) {
+                    return conv_detail::filled_in_order<in_t, typename P::PN, conv_detail::start::unwritten>(
+                        dy.mesh(), xs, [&](auto& dx) {
                       backend::max_pool_grad(dx.space(), dyn.data(), backend::view(*argmax).data(), dx.data(), g);
                     });
                   }));
