@@ -11,6 +11,7 @@
 #include "typemesh/layers/dense.hpp"
 #include "typemesh/layers/embedding.hpp"
 #include "typemesh/layers/softmax_cross_entropy.hpp"
+#include "typemesh/optim/optimizers.hpp"
 
 namespace {
 using namespace tt;
@@ -173,6 +174,53 @@ TEST(Embedding, GatherAndScatterUnderLayouts) {
   check_layouts<M3, layout<batch(a0)>, layout<vocab(a1), embed(a2)>>("batch, vocab, embed split", {2, 2, 2}, in, c,
                                                                    fd);
   check_layouts<M3, layout<seq(a2)>, layout<embed(a0)>>("seq and embed split", {2, 1, 3}, in, c, fd);
+}
+
+// Three SGD steps on a table alone (loss = sum(embedding^2)), through
+// minimize or backward then step; the table after them, and how many
+// variables device 0's last minimize folded.
+template <class LI, class LT>
+std::pair<values, std::size_t> train_table(std::array<int, 3> sizes, bool minimize) {
+  const values ids = random_ids(12, 6, 10);  // repeated ids, and rows no id picks
+  std::size_t folded = 0;
+  const values table = typemesh::launch(sizes[0] * sizes[1] * sizes[2], [&](typemesh::device& dev) {
+    M3 m(sizes);
+    auto w = typemesh::variable<LT, double>(m, "table", shape<vocab, embed>{6, 4}, typemesh::init::normal{0.5}, 3);
+    const auto x = import_tensor<LI>(m, ids_host(shape<batch, seq>{4, 3}, ids));
+    typemesh::optim::sgd opt(0.1);
+    for (int step = 0; step < 3; ++step) {
+      auto y = typemesh::embedding<embed>(x, w);
+      auto loss = typemesh::reduce_sum(y * y);
+      if (minimize) {
+        opt.minimize(loss, w);
+        if (dev.id() == 0) folded = opt.folded();
+      } else {
+        typemesh::backward(loss);
+        opt.step(w);
+      }
+    }
+    return typemesh::export_tensor(w).values();
+  })[0];
+  return {table, folded};
+}
+
+// sgd::minimize takes the table's step inside the gradient's scatter where a
+// device's sums need no allreduce (the whole table, or its vocab or embed
+// dim split): only the rows the ids pick change, by the same bits as
+// backward then step. With the ids split, the sums are allreduced and the
+// step comes after the pass.
+TEST(Embedding, MinimizeStepsInsideTheScatter) {
+  auto check = [&]<class LI, class LT>(const char* where, std::array<int, 3> sizes, std::size_t folds) {
+    SCOPED_TRACE(where);
+    const auto [stepped, none] = train_table<LI, LT>(sizes, false);
+    const auto [minimized, folded] = train_table<LI, LT>(sizes, true);
+    EXPECT_EQ(minimized, stepped);
+    EXPECT_EQ(folded, folds);
+  };
+  check.template operator()<layout<>, layout<>>("one device", {1, 1, 1}, 1);
+  check.template operator()<layout<>, layout<vocab(a1)>>("vocab split", {1, 3, 1}, 1);
+  check.template operator()<layout<>, layout<embed(a2)>>("embed split", {1, 1, 2}, 1);
+  check.template operator()<layout<seq(a2)>, layout<vocab(a1)>>("seq split: allreduced sums", {1, 2, 3}, 0);
 }
 
 struct embedding_two_dims_case {  // table[embed, vocab, e2]; output [batch, e2, embed]

@@ -67,13 +67,17 @@ void gather_rows(Space s, const I* ids, std::int64_t n, const T* table, std::int
       grain_for(width));
 }
 
-// table[ids[p] - first, :] += rows[p, :] for each of the n ids whose row is
-// held, the ids of one table row added in increasing p. One index per table
-// row writes that row; the ids are first bucketed by row (a stable counting
-// sort, one pass over the ids), so a row visits only its own ids.
+// table[r, :] += alpha * (the sum of rows[p, :] over the n ids p that pick
+// held row r = ids[p] - first, added in increasing p from zero). With alpha
+// 1 on a zeroed table that is the scatter-add of the rows, bit for bit as
+// adding each into the table in turn; with an SGD step's -rate on the
+// table's own values it takes the step on the rows the ids pick and leaves
+// the others alone. One index per table row writes that row; the ids are
+// first bucketed by row (a stable counting sort, one pass over the ids), so
+// a row visits only its own ids.
 template <class Space, class I, class T>
 void scatter_add_rows(Space s, const I* ids, std::int64_t n, const T* rows, std::int64_t first, std::int64_t held,
-                      std::int64_t width, T* table) {
+                      std::int64_t width, T alpha, T* table) {
   if (n <= 0 || held <= 0 || width <= 0) return;
   scratch<std::int64_t, Space> bucket_end(static_cast<std::size_t>(held) + 1), by_row(static_cast<std::size_t>(n));
   std::int64_t* end = bucket_end.data();
@@ -98,10 +102,19 @@ void scatter_add_rows(Space s, const I* ids, std::int64_t n, const T* rows, std:
   parallel_for(
       s, held,
       [=] TYPEMESH_KERNEL(std::int64_t r) {
+        const std::int64_t k0 = r == 0 ? 0 : end[r - 1], k1 = end[r];
+        if (k0 == k1) return;
+        constexpr std::int64_t chunk = 64;  // sums of a run of columns, kept in registers
         T* to = table + r * width;
-        for (std::int64_t k = r == 0 ? 0 : end[r - 1]; k < end[r]; ++k) {
-          const T* from = rows + order[k] * width;
-          for (std::int64_t e = 0; e < width; ++e) to[e] += from[e];
+        for (std::int64_t e0 = 0; e0 < width; e0 += chunk) {
+          const std::int64_t m = width - e0 < chunk ? width - e0 : chunk;
+          T sum[chunk];
+          for (std::int64_t j = 0; j < m; ++j) sum[j] = T{0};
+          for (std::int64_t k = k0; k < k1; ++k) {
+            const T* from = rows + order[k] * width + e0;
+            for (std::int64_t j = 0; j < m; ++j) sum[j] += from[j];
+          }
+          for (std::int64_t j = 0; j < m; ++j) to[e0 + j] += alpha * sum[j];
         }
       },
       grain_for(width * ids_per_row));

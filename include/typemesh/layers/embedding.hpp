@@ -196,20 +196,38 @@ auto layers_detail::embedding_checked(const tensor<I, SI, LI, MI>& ids, const te
   //   over it gives each replica the whole sum (as einsum does for a split
   //   summed dim);
   // - an axis nothing splits: every device computes the same sums.
-  return record(std::move(out), "embedding",
-                gradient_of(table, [idv = ids.detached(), rows_shape, table_shape = table.shape()](const out_t& dy) {
-                  rows_t g(dy.mesh(), rows_shape);
-                  if (dy.holds_data()) {
-                    const std::int64_t first = g.template slice_begin<V>(), held = g.template local_extent<V>();
-                    backend::scatter_add_rows(g.space(), idv.data(), idv.local_size(), dy.data(), first, held,
-                                              layers_detail::local_row_width(g), g.data());
-                    constexpr auto ids_axes = ops_detail::summed_axes<SI, LI, ST, M>();
-                    if constexpr (ops_detail::any(ids_axes)) {
-                      allreduce_in_place(g, dy.mesh().group_along(dy.device(), ids_axes));
-                    }
-                  }
-                  return layers_detail::in_dim_order(std::move(g), table_shape);
-                }));
+  constexpr bool ids_split = ops_detail::any(ops_detail::summed_axes<SI, LI, ST, M>());
+  auto gradient = [idv = ids.detached(), rows_shape, table_shape = table.shape()](const out_t& dy) {
+    rows_t g(dy.mesh(), rows_shape);
+    if (dy.holds_data()) {
+      constexpr auto ids_axes = ops_detail::summed_axes<SI, LI, ST, M>();
+      const std::int64_t first = g.template slice_begin<V>(), held = g.template local_extent<V>();
+      backend::scatter_add_rows(g.space(), idv.data(), idv.local_size(), dy.data(), first, held,
+                                layers_detail::local_row_width(g), T{1}, g.data());
+      if constexpr (ids_split) {
+        allreduce_in_place(g, dy.mesh().group_along(dy.device(), ids_axes));
+      }
+    }
+    return layers_detail::in_dim_order(std::move(g), table_shape);
+  };
+  // An SGD step inside the scatter (optim::sgd::minimize): the table's rows
+  // that the ids pick take alpha times their sums, the others stay; where
+  // the rows are whole per device and the sums need no allreduce.
+  auto step_in_scatter = [idv = ids.detached(), first = table.template slice_begin<V>(),
+                          held = table.template local_extent<V>(), width = layers_detail::local_row_width(table)](
+                             const out_t& dy, T* values, T alpha, T beta) {
+    if constexpr (ids_split || !std::is_same_v<ST, Rows>) {
+      return false;
+    } else {
+      if (beta != T{1}) return false;
+      if (dy.holds_data()) {
+        backend::scatter_add_rows(dy.space(), idv.data(), idv.local_size(), dy.data(), first, held, width, alpha,
+                                  values);
+      }
+      return true;
+    }
+  };
+  return record(std::move(out), "embedding", gradient_of(table, std::move(gradient), std::move(step_in_scatter)));
 }
 
 }  // namespace typemesh
