@@ -45,6 +45,13 @@
 // alone where it shares). Its ratio says how close a conversion comes to that
 // floor; the first one cannot reach 1.0 where devices copy what they keep.
 //
+// The performance target (every case at 0.8 of memcpy or more from 1 MiB)
+// reads `ratio w` here: the eight devices share one memory, so a kept byte
+// costs a conversion exactly what a received one does, and `ratio` caps the
+// cases that keep much (3 and 3r at 0.5, 2r at 0.75). Where devices have
+// memories of their own, what crosses between them is what `ratio` counts
+// (docs/performance.md, "Which ratio the conversions target reads").
+//
 // Method (as typemesh-bench-collectives). Per case: import the tensor, one
 // untimed warm-up conversion whose result is checked, then repetitions until
 // at least --min-time-ms of timed work (200 ms by default) and at least
@@ -380,7 +387,7 @@ void print_legend(const options& opt) {
       "            nothing where the target shares its source's elements)\n"
       "  memcpy w  median time of the 8 devices each memcpy-ing as many bytes as it\n"
       "            writes, at once: the floor of any conversion into a new tensor\n"
-      "  ratio w   memcpy w / time\n"
+      "  ratio w   memcpy w / time (what the 0.8 target reads on one host: docs/performance.md)\n"
       "  pieces    boxes in the transfer plan (local copies included)\n"
       "  plan      median time of runtime_placement::of x2 + make_transfer_plan on every\n"
       "            device of either mesh at once (what transfer() does on each call)\n"
