@@ -197,14 +197,19 @@ auto layers_detail::embedding_checked(const tensor<I, SI, LI, MI>& ids, const te
   //   summed dim);
   // - an axis nothing splits: every device computes the same sums.
   constexpr bool ids_split = ops_detail::any(ops_detail::summed_axes<SI, LI, ST, M>());
-  auto gradient = [idv = ids.detached(), rows_shape, table_shape = table.shape()](const out_t& dy) {
+  // into's held rows (in [vocab, embed...] order) += alpha * the sums of dy's
+  // rows over the ids that pick them.
+  const std::int64_t held = table.template local_extent<V>();
+  auto scatter = [idv = ids.detached(), first = table.template slice_begin<V>(), held,
+                  width = held > 0 ? table.local_size() / held : 0](const out_t& dy, T alpha, T* into) {
+    backend::scatter_add_rows(dy.space(), idv.data(), idv.local_size(), dy.data(), first, held, width, alpha, into);
+  };
+  auto gradient = [scatter, rows_shape, table_shape = table.shape()](const out_t& dy) {
     rows_t g(dy.mesh(), rows_shape);
     if (dy.holds_data()) {
-      constexpr auto ids_axes = ops_detail::summed_axes<SI, LI, ST, M>();
-      const std::int64_t first = g.template slice_begin<V>(), held = g.template local_extent<V>();
-      backend::scatter_add_rows(g.space(), idv.data(), idv.local_size(), dy.data(), first, held,
-                                layers_detail::local_row_width(g), T{1}, g.data());
+      scatter(dy, T{1}, g.data());
       if constexpr (ids_split) {
+        constexpr auto ids_axes = ops_detail::summed_axes<SI, LI, ST, M>();
         allreduce_in_place(g, dy.mesh().group_along(dy.device(), ids_axes));
       }
     }
@@ -212,18 +217,13 @@ auto layers_detail::embedding_checked(const tensor<I, SI, LI, MI>& ids, const te
   };
   // An SGD step inside the scatter (optim::sgd::minimize): the table's rows
   // that the ids pick take alpha times their sums, the others stay; where
-  // the rows are whole per device and the sums need no allreduce.
-  auto step_in_scatter = [idv = ids.detached(), first = table.template slice_begin<V>(),
-                          held = table.template local_extent<V>(), width = layers_detail::local_row_width(table)](
-                             const out_t& dy, T* values, T alpha, T beta) {
+  // the table is in the scatter's order and the sums need no allreduce.
+  auto step_in_scatter = [scatter](const out_t& dy, T* values, T alpha, T beta) {
     if constexpr (ids_split || !std::is_same_v<ST, Rows>) {
       return false;
     } else {
       if (beta != T{1}) return false;
-      if (dy.holds_data()) {
-        backend::scatter_add_rows(dy.space(), idv.data(), idv.local_size(), dy.data(), first, held, width, alpha,
-                                  values);
-      }
+      if (dy.holds_data()) scatter(dy, alpha, values);
       return true;
     }
   };
