@@ -2,9 +2,10 @@
 // backend::conv_forward, conv_filter_grad and conv_image_grad: each
 // instruction set the CPU has, against serial loops in double written here
 // and against the im2col path, over SAME and VALID, 1x1 to 5x5 filters,
-// strides 1 and 2, 3 to 80 channels, 1 to 3 images, non-square images; the
-// same bits at 1, 2 and 3 threads; the shapes outside the rule (and doubles)
-// fall back to im2col.
+// strides 1 and 2, 3 to 80 channels (whole and half vectors, every size of
+// the filter gradient's last in-channel block), 1 to 3 images, non-square
+// images; the same bits at 1, 2 and 3 threads; the shapes outside the rule
+// (and doubles) fall back to im2col.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -169,8 +170,13 @@ const conv_case cases[] = {
     {2, 4, 3, 80, 16, 5, 5, 1, 1, true},    // the image smaller than the filter
     {2, 12, 40, 64, 64, 3, 3, 1, 1, true},  // rows of several pixel blocks and a remainder
     {1, 6, 13, 16, 32, 3, 3, 1, 2, false},  // stride 1x2, VALID
-    {2, 9, 10, 24, 24, 3, 3, 1, 1, true},   // 24 channels: 8-lane vectors (AVX2's kernels) both ways
+    {2, 9, 10, 24, 24, 3, 3, 1, 1, true},   // 24 channels both ways: AVX-512's 16 + 8 lanes, AVX2's 3 x 8
     {1, 7, 7, 3, 40, 5, 5, 2, 2, true},     // 40 out-channels: 32 + 8, stride 2
+    {2, 6, 7, 8, 8, 3, 3, 1, 1, true},      // 8 channels both ways: AVX-512's half vector alone
+    {1, 6, 9, 16, 72, 3, 3, 1, 1, true},    // 72 out-channels: a wide block of 64, then a block of 8
+    {1, 5, 6, 56, 56, 3, 3, 1, 1, true},    // 56 channels both ways: 3 vectors and a half
+    {1, 6, 7, 5, 24, 3, 3, 1, 1, true},     // 5 in-channels: one filter-gradient block of 5 (AVX-512), 3 + 2
+    {1, 5, 5, 13, 16, 3, 3, 1, 1, true},    // 13 in-channels: 6 + 6 + 1 (AVX-512), 3 x 4 + 1
 };
 
 TEST(DirectConv, MatchesSerialLoopsAndTheIm2colPathForEachInstructionSet) {
@@ -189,12 +195,10 @@ TEST(DirectConv, MatchesSerialLoopsAndTheIm2colPathForEachInstructionSet) {
         if (isa > cpu) continue;
         const std::string what = describe(cs) + " " + name(p) + (isa == conv_isa::avx512 ? " AVX-512" : " AVX2");
         // Every case is in the rule, but the image gradient's needs stride 1 and in-channels of whole
-        // vectors; channels that are whole vectors of 8 but not of 16 take AVX2's kernels.
+        // vectors of 8 (AVX-512's kernels end 8 mod 16 channels with half a vector).
         const std::int64_t lanes = p == product::image_grad ? cs.c : cs.k;
         const bool in_rule = p != product::image_grad || (cs.sh == 1 && cs.sw == 1);
-        const conv_isa expected = !in_rule || lanes % 8 != 0 ? conv_isa::none
-                                  : lanes % 16 == 0          ? isa
-                                                             : std::min(isa, conv_isa::avx2);
+        const conv_isa expected = !in_rule || lanes % 8 != 0 ? conv_isa::none : isa;
         EXPECT_EQ(direct_isa_of(p, g, isa), expected) << what;
         const std::vector<float> got = run(p, g, x, f, dy, isa, 1);
         expect_near(got, want, what);
@@ -236,9 +240,9 @@ TEST(DirectConv, ShapesOutsideTheRuleAndDoublesTakeIm2col) {
   // 20 out-channels: not whole vectors of 8.
   const be::conv_geometry g = geometry({1, 5, 5, 16, 20, 3, 3, 1, 1, true});
   EXPECT_EQ((be::direct_isa<host_space, float>(g)), conv_isa::none);
-  // 24: whole vectors of 8, so AVX2's kernels where the CPU has them.
+  // 24: whole vectors of 8, so the strongest kernels the CPU has (AVX-512's with half a vector).
   EXPECT_EQ((be::direct_isa<host_space, float>(geometry({1, 5, 5, 16, 24, 3, 3, 1, 1, true}))),
-            std::min(be::host::detected_simd_isa(), conv_isa::avx2));
+            be::host::detected_simd_isa());
   EXPECT_EQ((be::direct_isa<host_space, double>(geometry({1, 5, 5, 16, 32, 3, 3, 1, 1, true}))), conv_isa::none);
   // Stride 2: the image gradient stays on col2im, the forward product does not.
   const be::conv_geometry strided = geometry({1, 8, 8, 16, 32, 3, 3, 2, 2, true});

@@ -45,7 +45,7 @@
 //
 // The local kernel (backend/conv.hpp, in the mesh's space) is im2col + one
 // GEMM per chunk of images; a 1x1 convolution with stride 1 skips im2col. On
-// the host, float convolutions with out-channels a multiple of 16 run direct
+// the host, float convolutions with out-channels a multiple of 8 run direct
 // kernels instead (backend/host/direct_conv.hpp), on CPUs with AVX2 or
 // AVX-512. The kernel reads this device's slices in the order
 // [batch-like..., height, width, in-channels] (NHWC) and [filter height,

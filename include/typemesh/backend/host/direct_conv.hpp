@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "typemesh/backend/host/simd.hpp"
@@ -49,18 +50,17 @@ inline std::atomic<conv_isa>& direct_conv_limit() {
 
 inline conv_isa direct_conv_isa() { return std::min(detected_simd_isa(), direct_conv_limit().load()); }
 
-// The instruction set for `channels` vector lanes: any with a multiple of
-// 16, AVX2 (8 lanes) with a multiple of 8, none otherwise.
+// The instruction set for `channels` vector lanes: the strongest there is
+// with a multiple of 8, none otherwise. AVX-512's kernels end a block of 8
+// mod 16 channels with an 8-lane vector.
 inline conv_isa direct_conv_isa_for(std::int64_t channels) {
-  if (channels % 16 == 0) return direct_conv_isa();
-  if (channels % 8 == 0) return std::min(direct_conv_isa(), conv_isa::avx2);
-  return conv_isa::none;
+  return channels % 8 == 0 ? direct_conv_isa() : conv_isa::none;
 }
 
-// The rule: out-channels a multiple of 8 (whole vectors; AVX-512 needs 16),
-// any filter size, stride and padding. The image gradient runs as a forward
-// convolution whose out-channels are the in-channels, so it needs stride 1
-// and in-channels a multiple of 8.
+// The rule: out-channels a multiple of 8, any filter size, stride and
+// padding. The image gradient runs as a forward convolution whose
+// out-channels are the in-channels, so it needs stride 1 and in-channels a
+// multiple of 8.
 inline conv_isa direct_conv_suits(const direct_conv_shape& s) { return direct_conv_isa_for(s.out_channels); }
 inline conv_isa direct_conv_image_grad_suits(const direct_conv_shape& s) {
   return s.stride_h == 1 && s.stride_w == 1 ? direct_conv_isa_for(s.channels) : conv_isa::none;
@@ -74,21 +74,41 @@ using simd::store;
 using simd::v16;
 using simd::v8;
 
+// The vector of half V's lanes, for a block's last 8 out-channels in
+// AVX-512's kernels (24 out-channels: one vector of 16, one of 8).
+template <class V>
+struct half_of;
+template <>
+struct half_of<v16> {
+  using type = v8;
+};
+
+// A block of out-channels: NV vectors of V, then one of half V's lanes
+// where H (AVX-512 only). Arrays of accumulators and loaded vectors are
+// sized vectors<NV>, never 0 (NV is 0 in an 8-channel block).
+template <int NV>
+inline constexpr int vectors = NV > 0 ? NV : 1;
+
 // Output pixels [ow0, ow0 + P) of row (b, oh), out-channels [k0, k0 + NV
-// lanes): P x NV accumulators; for each tap, each in-channel: NV filter
-// vectors, and one broadcast input value per pixel. Taps above or below the
-// image are skipped; taps left or right of it read `zeros`.
-template <class V, int NV, int P>
+// lanes + H half lanes): P x (NV + H) accumulators; for each tap, each
+// in-channel: NV (+ H) filter vectors, and one broadcast input value per
+// pixel. Taps above or below the image are skipped; taps left or right of
+// it read `zeros`.
+template <class V, int NV, bool H, int P>
 [[gnu::always_inline]] inline void forward_block(const float* x, const float* f, float* y,
                                                  const direct_conv_shape& g, const float* zeros, std::int64_t b,
                                                  std::int64_t oh, std::int64_t ow0, std::int64_t k0) {
   constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(float));
+  using half = typename std::conditional_t<H, half_of<V>, std::type_identity<V>>::type;
   const std::int64_t c = g.channels, k = g.out_channels;
-  V acc[P][NV];
+  V acc[P][vectors<NV>];
+  half acc_h[P];
 #pragma GCC unroll 8
-  for (int p = 0; p < P; ++p)
+  for (int p = 0; p < P; ++p) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[p][v] = V{};
+    if constexpr (H) acc_h[p] = half{};
+  }
   const std::int64_t ih0 = oh * g.stride_h - g.pad_h;
   const std::int64_t i0 = std::max<std::int64_t>(0, -ih0), i1 = std::min(g.filter_h, g.in_h - ih0);
   for (std::int64_t i = i0; i < i1; ++i) {
@@ -102,59 +122,65 @@ template <class V, int NV, int P>
       }
       const float* tap = f + (i * g.filter_w + j) * c * k + k0;
       for (std::int64_t ci = 0; ci < c; ++ci, tap += k) {
-        V w[NV];
+        V w[vectors<NV>];
+        half w_h;
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) load(w[v], tap + v * lanes);
+        if constexpr (H) load(w_h, tap + NV * lanes);
 #pragma GCC unroll 8
         for (int p = 0; p < P; ++p) {
           const float s = src[p][ci];
 #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v) acc[p][v] += w[v] * s;
+          if constexpr (H) acc_h[p] += w_h * s;
         }
       }
     }
   }
   float* out = y + ((b * g.out_h + oh) * g.out_w + ow0) * k + k0;
 #pragma GCC unroll 8
-  for (int p = 0; p < P; ++p)
+  for (int p = 0; p < P; ++p) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) store(out + p * k + v * lanes, acc[p][v]);
+    if constexpr (H) store(out + p * k + NV * lanes, acc_h[p]);
+  }
 }
 
 // forward_block for a block of n <= P pixels.
-template <class V, int NV, int P>
+template <class V, int NV, bool H, int P>
 [[gnu::always_inline]] inline void forward_pixels(std::int64_t n, const float* x, const float* f, float* y,
                                                   const direct_conv_shape& g, const float* zeros, std::int64_t b,
                                                   std::int64_t oh, std::int64_t ow0, std::int64_t k0) {
   if constexpr (P > 1) {
-    if (n < P) return forward_pixels<V, NV, P - 1>(n, x, f, y, g, zeros, b, oh, ow0, k0);
+    if (n < P) return forward_pixels<V, NV, H, P - 1>(n, x, f, y, g, zeros, b, oh, ow0, k0);
   }
-  forward_block<V, NV, P>(x, f, y, g, zeros, b, oh, ow0, k0);
+  forward_block<V, NV, H, P>(x, f, y, g, zeros, b, oh, ow0, k0);
 }
 
-// One output row's out-channels [k0, k0 + NV lanes), in the fewest blocks of
-// at most P pixels, of sizes differing by at most one (32 pixels: 6, 6, 5,
-// 5, 5, 5), so no block is left nearly empty.
-template <class V, int NV, int P>
+// One output row's out-channels [k0, k0 + NV lanes + H half lanes), in the
+// fewest blocks of at most P pixels, of sizes differing by at most one (32
+// pixels: 6, 6, 5, 5, 5, 5), so no block is left nearly empty.
+template <class V, int NV, bool H, int P>
 [[gnu::always_inline]] inline void forward_row(const float* x, const float* f, float* y, const direct_conv_shape& g,
                                                const float* zeros, std::int64_t b, std::int64_t oh,
                                                std::int64_t k0) {
   const std::int64_t blocks = (g.out_w + P - 1) / P;
   for (std::int64_t block = 0; block < blocks; ++block) {
     const std::int64_t ow0 = g.out_w * block / blocks, ow1 = g.out_w * (block + 1) / blocks;
-    forward_pixels<V, NV, P>(ow1 - ow0, x, f, y, g, zeros, b, oh, ow0, k0);
+    forward_pixels<V, NV, H, P>(ow1 - ow0, x, f, y, g, zeros, b, oh, ow0, k0);
   }
 }
 
 // Filter gradient of tap (i, j), in-channels [c0, c0 + CB) and out-channels
-// [k0, k0 + NV lanes), over output rows [row0, row1) (row = image * out_h +
-// out row): adds, pixel by pixel in order, x[pixel moved by the tap] *
-// d_out[pixel] to the sums kept in df.
-template <class V, int NV, int CB>
+// [k0, k0 + NV lanes + H half lanes), over output rows [row0, row1) (row =
+// image * out_h + out row): adds, pixel by pixel in order, x[pixel moved by
+// the tap] * d_out[pixel] to the sums kept in df.
+template <class V, int NV, bool H, int CB>
 [[gnu::always_inline]] inline void filter_rows(const float* x, const float* dy, float* df,
                                                const direct_conv_shape& g, std::int64_t row0, std::int64_t row1,
                                                std::int64_t i, std::int64_t j, std::int64_t c0, std::int64_t k0) {
   constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(float));
+  using half = typename std::conditional_t<H, half_of<V>, std::type_identity<V>>::type;
   const std::int64_t c = g.channels, k = g.out_channels;
   // The output columns whose tap j lands inside the image: 0 <= ow * stride - pad + j < in_w.
   const std::int64_t lo = g.pad_w - j, hi = g.in_w - 1 + g.pad_w - j;
@@ -162,11 +188,14 @@ template <class V, int NV, int CB>
   const std::int64_t ow1 = hi < 0 ? 0 : std::min(g.out_w, hi / g.stride_w + 1);
   if (ow0 >= ow1) return;
   float* d = df + ((i * g.filter_w + j) * c + c0) * k + k0;
-  V acc[CB][NV];
+  V acc[CB][vectors<NV>];
+  half acc_h[CB];
 #pragma GCC unroll 8
-  for (int q = 0; q < CB; ++q)
+  for (int q = 0; q < CB; ++q) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) load(acc[q][v], d + q * k + v * lanes);
+    if constexpr (H) load(acc_h[q], d + q * k + NV * lanes);
+  }
   const std::int64_t x_step = g.stride_w * c;
   std::int64_t b = row0 / g.out_h, oh = row0 % g.out_h;
   for (std::int64_t row = row0; row < row1; ++row, ++oh) {
@@ -176,34 +205,41 @@ template <class V, int NV, int CB>
     const float* xp = x + ((b * g.in_h + ih) * g.in_w + ow0 * g.stride_w - g.pad_w + j) * c + c0;
     const float* dp = dy + (row * g.out_w + ow0) * k + k0;
     for (std::int64_t ow = ow0; ow < ow1; ++ow, xp += x_step, dp += k) {
-      V e[NV];
+      V e[vectors<NV>];
+      half e_h;
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) load(e[v], dp + v * lanes);
+      if constexpr (H) load(e_h, dp + NV * lanes);
 #pragma GCC unroll 8
       for (int q = 0; q < CB; ++q) {
         const float s = xp[q];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) acc[q][v] += e[v] * s;
+        if constexpr (H) acc_h[q] += e_h * s;
       }
     }
   }
 #pragma GCC unroll 8
-  for (int q = 0; q < CB; ++q)
+  for (int q = 0; q < CB; ++q) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) store(d + q * k + v * lanes, acc[q][v]);
+    if constexpr (H) store(d + q * k + NV * lanes, acc_h[q]);
+  }
 }
 
 // How one instruction set blocks the work: out-channels in blocks of `wide`
 // vectors, the rest (1 to wide - 1 vectors) in one last block; `pixels`
 // output pixels per forward block, `channels` in-channels per filter-gradient
-// block (the rest in pairs, then singly). Sized so the accumulators and the
-// loaded vectors fit the registers.
+// block (the rest in one block). Sized so the accumulators and the loaded
+// vectors fit the registers.
 template <class V, int Wide, int Pixels, int Channels>
 struct blocking {
   using vec = V;
   static constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(float));
   static constexpr int wide = Wide, pixels = Pixels, channels = Channels;
   static constexpr std::int64_t wide_width = std::int64_t{Wide} * lanes;
+  // Whether the last block may end in half a vector (8 of 16 lanes).
+  static constexpr bool halves = lanes == 16;
 };
 using avx512_blocking = blocking<v16, 4, 6, 6>;  // 24 accumulators of 32 registers
 using avx2_blocking = blocking<v8, 4, 3, 3>;     // 12 accumulators of 16 registers
@@ -214,18 +250,28 @@ template <class B>
 inline std::int64_t out_blocks(std::int64_t k) {
   return k / B::wide_width + (k % B::wide_width != 0 ? 1 : 0);
 }
-// The vectors of out-channel block `block`: wide, or the rest's.
+// The whole vectors of out-channel block `block`: wide, or the rest's.
 template <class B>
 inline int block_vectors(std::int64_t block, std::int64_t k) {
   return block < k / B::wide_width ? B::wide : static_cast<int>(k % B::wide_width / B::lanes);
 }
+// Whether block `block` ends in half a vector: the last one, where k is 8
+// mod 16 in AVX-512's kernels (direct_conv_isa_for keeps k a multiple of 8).
+template <class B>
+inline bool block_half(std::int64_t block, std::int64_t k) {
+  return B::halves && block == k / B::wide_width && k % B::lanes != 0;
+}
 static_assert(avx512_blocking::wide == 4 && avx2_blocking::wide == 4,
               "the switches on a block's vectors below go up to 4");
 // In-channel blocks of the filter gradient: c / channels full ones, then
-// pairs, then single channels.
+// the rest in one. Each block's sums are separate chains of additions that
+// wait on each other's latency only, so the rest is not cut further: 3
+// in-channels of 24 out-channels are 6 chains in one block, against 4 and 2
+// as a pair and a single channel, which made AVX-512 slower than AVX2 on
+// AlexNet's first layer.
 template <class B>
 inline std::int64_t in_blocks(std::int64_t c) {
-  return c / B::channels + c % B::channels / 2 + c % B::channels % 2;
+  return c / B::channels + (c % B::channels != 0 ? 1 : 0);
 }
 
 // Forward item: output row item / blocks, out-channel block item % blocks.
@@ -238,24 +284,46 @@ template <class B>
   // Plain calls, not a generic lambda: a lambda's body would be compiled
   // for the plain target, not this function's.
   using V = typename B::vec;
-  switch (block_vectors<B>(block, g.out_channels)) {
-    case 1: forward_row<V, 1, B::pixels>(x, f, y, g, zeros, b, oh, k0); break;
-    case 2: forward_row<V, 2, B::pixels>(x, f, y, g, zeros, b, oh, k0); break;
-    case 3: forward_row<V, 3, B::pixels>(x, f, y, g, zeros, b, oh, k0); break;
-    default: forward_row<V, 4, B::pixels>(x, f, y, g, zeros, b, oh, k0); break;
+  constexpr int P = B::pixels;
+  const int vectors = block_vectors<B>(block, g.out_channels);
+  if constexpr (B::halves) {
+    if (block_half<B>(block, g.out_channels)) {
+      switch (vectors) {
+        case 0: forward_row<V, 0, true, P>(x, f, y, g, zeros, b, oh, k0); return;
+        case 1: forward_row<V, 1, true, P>(x, f, y, g, zeros, b, oh, k0); return;
+        case 2: forward_row<V, 2, true, P>(x, f, y, g, zeros, b, oh, k0); return;
+        default: forward_row<V, 3, true, P>(x, f, y, g, zeros, b, oh, k0); return;
+      }
+    }
+  }
+  switch (vectors) {
+    case 1: forward_row<V, 1, false, P>(x, f, y, g, zeros, b, oh, k0); break;
+    case 2: forward_row<V, 2, false, P>(x, f, y, g, zeros, b, oh, k0); break;
+    case 3: forward_row<V, 3, false, P>(x, f, y, g, zeros, b, oh, k0); break;
+    default: forward_row<V, 4, false, P>(x, f, y, g, zeros, b, oh, k0); break;
   }
 }
 
-// filter_rows for a block of B::channels, 2 or 1 in-channels.
-template <class B, int NV>
+// filter_rows for a block of 1 to B::channels in-channels.
+template <class B, int NV, bool H>
 [[gnu::always_inline]] inline void filter_block(const float* x, const float* dy, float* df,
                                                 const direct_conv_shape& g, std::int64_t row0, std::int64_t row1,
                                                 std::int64_t i, std::int64_t j, std::int64_t c0, std::int64_t k0,
                                                 int channels) {
   using V = typename B::vec;
-  if (channels == B::channels) filter_rows<V, NV, B::channels>(x, dy, df, g, row0, row1, i, j, c0, k0);
-  else if (channels == 2) filter_rows<V, NV, 2>(x, dy, df, g, row0, row1, i, j, c0, k0);
-  else filter_rows<V, NV, 1>(x, dy, df, g, row0, row1, i, j, c0, k0);
+  static_assert(B::channels >= 3 && B::channels <= 6, "the switch below has a case for 1 to 6 channels");
+  switch (channels) {
+    case 1: filter_rows<V, NV, H, 1>(x, dy, df, g, row0, row1, i, j, c0, k0); break;
+    case 2: filter_rows<V, NV, H, 2>(x, dy, df, g, row0, row1, i, j, c0, k0); break;
+    case 3: filter_rows<V, NV, H, 3>(x, dy, df, g, row0, row1, i, j, c0, k0); break;
+    case 4:
+      if constexpr (B::channels >= 4) filter_rows<V, NV, H, 4>(x, dy, df, g, row0, row1, i, j, c0, k0);
+      break;
+    case 5:
+      if constexpr (B::channels >= 5) filter_rows<V, NV, H, 5>(x, dy, df, g, row0, row1, i, j, c0, k0);
+      break;
+    default: filter_rows<V, NV, H, B::channels>(x, dy, df, g, row0, row1, i, j, c0, k0); break;
+  }
 }
 
 // Filter-gradient items [first, last), numbered (tap, in-channel block,
@@ -268,25 +336,25 @@ template <class B>
                                                 const direct_conv_shape& g, std::int64_t first, std::int64_t last) {
   const std::int64_t c = g.channels, k = g.out_channels;
   const std::int64_t kb = out_blocks<B>(k), cb = in_blocks<B>(c);
-  const std::int64_t full = c / B::channels, pairs = c % B::channels / 2;
   struct item_t {
     std::int64_t i, j, c0, k0;
-    int channels;  // B::channels, 2 or 1
-    int vectors;   // out-channel vectors
+    int channels;  // 1 to B::channels
+    int vectors;   // whole out-channel vectors
+    bool half;     // and half a vector after them
   };
   std::vector<item_t> items;
   for (std::int64_t item = first; item < last; ++item) {
     const std::int64_t tap = item / (cb * kb), in_block = item / kb % cb;
-    item_t t{tap / g.filter_w, tap % g.filter_w, 0, item % kb * B::wide_width, 1, block_vectors<B>(item % kb, k)};
-    if (in_block < full) {
-      t.c0 = in_block * B::channels, t.channels = B::channels;
-    } else if (in_block < full + pairs) {
-      t.c0 = full * B::channels + (in_block - full) * 2, t.channels = 2;
-    } else {
-      t.c0 = full * B::channels + pairs * 2 + (in_block - full - pairs);
-    }
+    const std::int64_t c0 = in_block * B::channels;
+    const item_t t{tap / g.filter_w,
+                   tap % g.filter_w,
+                   c0,
+                   item % kb * B::wide_width,
+                   static_cast<int>(std::min<std::int64_t>(B::channels, c - c0)),
+                   block_vectors<B>(item % kb, k),
+                   block_half<B>(item % kb, k)};
     items.push_back(t);
-    const std::int64_t width = std::int64_t{t.vectors} * B::lanes;
+    const std::int64_t width = std::int64_t{t.vectors} * B::lanes + (t.half ? B::lanes / 2 : 0);
     for (int q = 0; q < t.channels; ++q) std::fill_n(df + (tap * c + t.c0 + q) * k + t.k0, width, 0.0f);
   }
   // About 2 x out-channels output pixels per chunk (whole rows): d_out's
@@ -298,11 +366,22 @@ template <class B>
   for (std::int64_t row0 = 0; row0 < rows; row0 += chunk) {
     const std::int64_t row1 = std::min(rows, row0 + chunk);
     for (const item_t& t : items) {
+      if constexpr (B::halves) {
+        if (t.half) {
+          switch (t.vectors) {
+            case 0: filter_block<B, 0, true>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
+            case 1: filter_block<B, 1, true>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
+            case 2: filter_block<B, 2, true>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
+            default: filter_block<B, 3, true>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
+          }
+          continue;
+        }
+      }
       switch (t.vectors) {
-        case 1: filter_block<B, 1>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
-        case 2: filter_block<B, 2>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
-        case 3: filter_block<B, 3>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
-        default: filter_block<B, 4>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
+        case 1: filter_block<B, 1, false>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
+        case 2: filter_block<B, 2, false>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
+        case 3: filter_block<B, 3, false>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
+        default: filter_block<B, 4, false>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
       }
     }
   }
@@ -361,7 +440,12 @@ inline void direct_conv_forward(const float* x, const float* f, float* y, const 
 inline void direct_conv_filter_grad(const float* x, const float* dy, float* df, const direct_conv_shape& g,
                                     conv_isa isa) {
   using namespace direct;
-  const bool wide = isa == conv_isa::avx512;
+  // With fewer in-channels than a full block and out-channels 8 mod 16, AVX2's
+  // kernels keep more sums going at once (3 in-channels, 24 out-channels: 9
+  // against AVX-512's 6), and each pass waits on the adds' latency (AlexNet's
+  // first layer: 1.86 ms against 2.0 ms, docs/performance.md).
+  const bool wide = isa == conv_isa::avx512 &&
+                    !(g.out_channels % avx512_blocking::lanes != 0 && g.channels < avx512_blocking::channels);
   const std::int64_t items = g.filter_h * g.filter_w *
                              (wide ? in_blocks<avx512_blocking>(g.channels) : in_blocks<avx2_blocking>(g.channels)) *
                              (wide ? out_blocks<avx512_blocking>(g.out_channels)
