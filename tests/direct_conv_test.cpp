@@ -177,6 +177,9 @@ const conv_case cases[] = {
     {1, 5, 6, 56, 56, 3, 3, 1, 1, true},    // 56 channels both ways: 3 vectors and a half
     {1, 6, 7, 5, 24, 3, 3, 1, 1, true},     // 5 in-channels: one filter-gradient block of 5 (AVX-512), 3 + 2
     {1, 5, 5, 13, 16, 3, 3, 1, 1, true},    // 13 in-channels: 6 + 6 + 1 (AVX-512), 3 x 4 + 1
+    {2, 23, 19, 3, 24, 11, 11, 4, 4, false},  // AlexNet's first layer: filter-gradient blocks across a row's taps
+    {1, 7, 9, 5, 16, 3, 3, 1, 2, false},    // VALID, 5 in-channels: a row of 15, blocks of 6, 6 and 3
+    {1, 6, 7, 3, 16, 2, 2, 1, 1, true},     // SAME, even filter: no padding left, one right (blocks per tap)
 };
 
 TEST(DirectConv, MatchesSerialLoopsAndTheIm2colPathForEachInstructionSet) {

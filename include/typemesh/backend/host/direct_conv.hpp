@@ -327,8 +327,23 @@ template <class B, int NV, bool H>
   }
 }
 
-// Filter-gradient items [first, last), numbered (tap, in-channel block,
-// out-channel block): zeroed, then summed over the output rows in order, a
+// The taps of a filter row that one filter-gradient block may span. Taps
+// next to each other in a row read pixels next to each other, and their
+// gradients are next to each other in the filter, so a row's taps and
+// in-channels are one run of filter_w x channels in both. Where every tap of
+// a row reads inside the image at every output column (no padding left or
+// right), a block takes its in-channels across the row's taps: AlexNet's
+// first layer (3 in-channels, 11 taps a row) then has blocks of 6 rather
+// than 3, 12 sums going at once with AVX-512 rather than 6 (each sum waits
+// on the last add's latency). Each sum still runs over the pixels in order.
+inline std::int64_t filter_row_span(const direct_conv_shape& g) {
+  const bool inside = g.pad_w == 0 && (g.out_w - 1) * g.stride_w + g.filter_w <= g.in_w;
+  return inside ? g.filter_w : 1;
+}
+
+// Filter-gradient items [first, last), numbered (first tap, in-channel
+// block, out-channel block), where a block's in-channels run across
+// filter_row_span taps: zeroed, then summed over the output rows in order, a
 // chunk of rows at a time, all of this group's items per chunk while its
 // rows are in cache. The sums wait in df between chunks; a float's store and
 // load are exact, so each element's sum is the plain pixel-order sum.
@@ -336,7 +351,8 @@ template <class B>
 [[gnu::always_inline]] inline void filter_items(const float* x, const float* dy, float* df,
                                                 const direct_conv_shape& g, std::int64_t first, std::int64_t last) {
   const std::int64_t c = g.channels, k = g.out_channels;
-  const std::int64_t kb = out_blocks<B>(k), cb = in_blocks<B>(c);
+  const std::int64_t span = filter_row_span(g), row_channels = span * c;
+  const std::int64_t kb = out_blocks<B>(k), cb = in_blocks<B>(row_channels);
   struct item_t {
     std::int64_t i, j, c0, k0;
     int channels;  // 1 to B::channels
@@ -345,13 +361,13 @@ template <class B>
   };
   std::vector<item_t> items;
   for (std::int64_t item = first; item < last; ++item) {
-    const std::int64_t tap = item / (cb * kb), in_block = item / kb % cb;
-    const std::int64_t c0 = in_block * B::channels;
+    const std::int64_t tap = item / (cb * kb) * span, in_block = item / kb % cb;
+    const std::int64_t c0 = in_block * B::channels;  // from tap's first in-channel, across the span
     const item_t t{tap / g.filter_w,
                    tap % g.filter_w,
                    c0,
                    item % kb * B::wide_width,
-                   static_cast<int>(std::min<std::int64_t>(B::channels, c - c0)),
+                   static_cast<int>(std::min<std::int64_t>(B::channels, row_channels - c0)),
                    block_vectors<B>(item % kb, k),
                    block_half<B>(item % kb, k)};
     items.push_back(t);
@@ -443,14 +459,14 @@ inline void direct_conv_filter_grad(const float* x, const float* dy, float* df, 
   using namespace direct;
   // With fewer in-channels than a full block and out-channels 8 mod 16, AVX2's
   // kernels keep more sums going at once (3 in-channels, 24 out-channels: 9
-  // against AVX-512's 6), and each pass waits on the adds' latency (AlexNet's
-  // first layer: 1.86 ms against 2.0 ms, docs/performance.md).
+  // against AVX-512's 6), and each pass waits on the adds' latency.
+  const std::int64_t span = filter_row_span(g), row_channels = span * g.channels;
   const bool wide = isa == conv_isa::avx512 &&
-                    !(g.out_channels % avx512_blocking::lanes != 0 && g.channels < avx512_blocking::channels);
-  const std::int64_t items = g.filter_h * g.filter_w *
-                             (wide ? in_blocks<avx512_blocking>(g.channels) : in_blocks<avx2_blocking>(g.channels)) *
-                             (wide ? out_blocks<avx512_blocking>(g.out_channels)
-                                   : out_blocks<avx2_blocking>(g.out_channels));
+                    !(g.out_channels % avx512_blocking::lanes != 0 && row_channels < avx512_blocking::channels);
+  const std::int64_t items =
+      g.filter_h * g.filter_w / span *
+      (wide ? in_blocks<avx512_blocking>(row_channels) : in_blocks<avx2_blocking>(row_channels)) *
+      (wide ? out_blocks<avx512_blocking>(g.out_channels) : out_blocks<avx2_blocking>(g.out_channels));
   // A group's work in multiply-adds; small problems stay on one thread.
   const std::int64_t work = g.images * g.out_h * g.out_w * g.filter_h * g.filter_w * g.channels * g.out_channels;
   const std::int64_t groups =
