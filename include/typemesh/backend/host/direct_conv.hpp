@@ -172,10 +172,12 @@ template <class V, int NV, bool H, int P>
   }
 }
 
-// Filter gradient of tap (i, j), in-channels [c0, c0 + CB) and out-channels
-// [k0, k0 + NV lanes + H half lanes), over output rows [row0, row1) (row =
-// image * out_h + out row): adds, pixel by pixel in order, x[pixel moved by
-// the tap] * d_out[pixel] to the sums kept in df.
+// Filter gradient of tap (i, j), in-channels [c0, c0 + CB) counted from the
+// tap's first (where filter_row_span allows, c0 + CB may run on into the
+// row's next taps) and out-channels [k0, k0 + NV lanes + H half lanes), over
+// output rows [row0, row1) (row = image * out_h + out row): adds, pixel by
+// pixel in order, x[pixel moved by the tap] * d_out[pixel] to the sums kept
+// in df.
 template <class V, int NV, bool H, int CB>
 [[gnu::always_inline]] inline void filter_rows(const float* x, const float* dy, float* df,
                                                const direct_conv_shape& g, std::int64_t row0, std::int64_t row1,
