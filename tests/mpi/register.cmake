@@ -32,7 +32,10 @@ block(SCOPE_FOR VARIABLES)
     typemesh_mpiexec(_mpiexec ${_n})
     add_test(NAME mpi.collectives_${_n}
       COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> ${MPIEXEC_POSTFLAGS})
-    set_tests_properties(mpi.collectives_${_n} PROPERTIES LABELS mpi TIMEOUT 300)
+    # Alone: its failure tests have a pair of ranks meet after one waited
+    # out a 300 ms timeout, with 200 ms to spare, and 4 or 8 ranks on 2
+    # cores beside another test missed that once (at a machine load of 6).
+    set_tests_properties(mpi.collectives_${_n} PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL TRUE)
   endforeach()
 
   # Expected to fail: the pass condition is the message, and the test's
