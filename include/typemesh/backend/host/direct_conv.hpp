@@ -86,9 +86,9 @@ struct half_of<v16> {
 
 // A block of out-channels: NV vectors of V, then one of half V's lanes
 // where H (AVX-512 only). Arrays of accumulators and loaded vectors are
-// sized vectors<NV>, never 0 (NV is 0 in an 8-channel block).
+// sized slots<NV>, never 0 (NV is 0 in an 8-channel block).
 template <int NV>
-inline constexpr int vectors = NV > 0 ? NV : 1;
+inline constexpr int slots = NV > 0 ? NV : 1;
 
 // Output pixels [ow0, ow0 + P) of row (b, oh), out-channels [k0, k0 + NV
 // lanes + H half lanes): P x (NV + H) accumulators; for each tap, each
@@ -102,7 +102,7 @@ template <class V, int NV, bool H, int P>
   constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(float));
   using half = typename std::conditional_t<H, half_of<V>, std::type_identity<V>>::type;
   const std::int64_t c = g.channels, k = g.out_channels;
-  V acc[P][vectors<NV>];
+  V acc[P][slots<NV>];
   half acc_h[P];
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) {
@@ -123,7 +123,7 @@ template <class V, int NV, bool H, int P>
       }
       const float* tap = f + (i * g.filter_w + j) * c * k + k0;
       for (std::int64_t ci = 0; ci < c; ++ci, tap += k) {
-        V w[vectors<NV>];
+        V w[slots<NV>];
         half w_h;
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) load(w[v], tap + v * lanes);
@@ -191,7 +191,7 @@ template <class V, int NV, bool H, int CB>
   const std::int64_t ow1 = hi < 0 ? 0 : std::min(g.out_w, hi / g.stride_w + 1);
   if (ow0 >= ow1) return;
   float* d = df + ((i * g.filter_w + j) * c + c0) * k + k0;
-  V acc[CB][vectors<NV>];
+  V acc[CB][slots<NV>];
   half acc_h[CB];
 #pragma GCC unroll 8
   for (int q = 0; q < CB; ++q) {
@@ -208,7 +208,7 @@ template <class V, int NV, bool H, int CB>
     const float* xp = x + ((b * g.in_h + ih) * g.in_w + ow0 * g.stride_w - g.pad_w + j) * c + c0;
     const float* dp = dy + (row * g.out_w + ow0) * k + k0;
     for (std::int64_t ow = ow0; ow < ow1; ++ow, xp += x_step, dp += k) {
-      V e[vectors<NV>];
+      V e[slots<NV>];
       half e_h;
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) load(e[v], dp + v * lanes);
@@ -265,7 +265,7 @@ inline bool block_half(std::int64_t block, std::int64_t k) {
   return B::halves && block == k / B::wide_width && k % B::lanes != 0;
 }
 static_assert(avx512_blocking::wide == 4 && avx2_blocking::wide == 4,
-              "the switches on a block's vectors below go up to 4");
+              "with_block's switch on a block's vectors goes up to 4");
 // In-channel blocks of the filter gradient: c / channels full ones, then
 // the rest in one. Each block's sums are separate chains of additions that
 // wait on each other's latency only, so the rest is not cut further: 3
@@ -277,6 +277,46 @@ inline std::int64_t in_blocks(std::int64_t c) {
   return c / B::channels + (c % B::channels != 0 ? 1 : 0);
 }
 
+// Calls call.template run<NV, H>() for a block of `vectors` whole vectors,
+// ending in half a vector where `half`: the one switch from a block's size
+// to the kernels' template arguments, for the forward and the filter
+// gradient. `call` is a struct whose member is always inlined, not a
+// lambda: a lambda's body would be compiled for the plain target, not the
+// instruction set's function it is called from.
+template <class B, class Call>
+[[gnu::always_inline]] inline void with_block(int vectors, bool half, const Call& call) {
+  if constexpr (B::halves) {
+    if (half) {
+      switch (vectors) {
+        case 0: return call.template run<0, true>();
+        case 1: return call.template run<1, true>();
+        case 2: return call.template run<2, true>();
+        default: return call.template run<3, true>();
+      }
+    }
+  }
+  switch (vectors) {
+    case 1: return call.template run<1, false>();
+    case 2: return call.template run<2, false>();
+    case 3: return call.template run<3, false>();
+    default: return call.template run<4, false>();
+  }
+}
+
+// forward_row of one output row and out-channel block, for with_block.
+template <class B>
+struct forward_row_call {
+  const float *x, *f;
+  float* y;
+  const direct_conv_shape& g;
+  const float* zeros;
+  std::int64_t b, oh, k0;
+  template <int NV, bool H>
+  [[gnu::always_inline]] void run() const {
+    forward_row<typename B::vec, NV, H, B::pixels>(x, f, y, g, zeros, b, oh, k0);
+  }
+};
+
 // Forward item: output row item / blocks, out-channel block item % blocks.
 template <class B>
 [[gnu::always_inline]] inline void forward_item(const float* x, const float* f, float* y, const direct_conv_shape& g,
@@ -284,27 +324,8 @@ template <class B>
   const std::int64_t blocks = out_blocks<B>(g.out_channels);
   const std::int64_t row = item / blocks, block = item % blocks;
   const std::int64_t b = row / g.out_h, oh = row % g.out_h, k0 = block * B::wide_width;
-  // Plain calls, not a generic lambda: a lambda's body would be compiled
-  // for the plain target, not this function's.
-  using V = typename B::vec;
-  constexpr int P = B::pixels;
-  const int vectors = block_vectors<B>(block, g.out_channels);
-  if constexpr (B::halves) {
-    if (block_half<B>(block, g.out_channels)) {
-      switch (vectors) {
-        case 0: forward_row<V, 0, true, P>(x, f, y, g, zeros, b, oh, k0); return;
-        case 1: forward_row<V, 1, true, P>(x, f, y, g, zeros, b, oh, k0); return;
-        case 2: forward_row<V, 2, true, P>(x, f, y, g, zeros, b, oh, k0); return;
-        default: forward_row<V, 3, true, P>(x, f, y, g, zeros, b, oh, k0); return;
-      }
-    }
-  }
-  switch (vectors) {
-    case 1: forward_row<V, 1, false, P>(x, f, y, g, zeros, b, oh, k0); break;
-    case 2: forward_row<V, 2, false, P>(x, f, y, g, zeros, b, oh, k0); break;
-    case 3: forward_row<V, 3, false, P>(x, f, y, g, zeros, b, oh, k0); break;
-    default: forward_row<V, 4, false, P>(x, f, y, g, zeros, b, oh, k0); break;
-  }
+  with_block<B>(block_vectors<B>(block, g.out_channels), block_half<B>(block, g.out_channels),
+                forward_row_call<B>{x, f, y, g, zeros, b, oh, k0});
 }
 
 // filter_rows for a block of 1 to B::channels in-channels.
@@ -328,6 +349,20 @@ template <class B, int NV, bool H>
     default: filter_rows<V, NV, H, B::channels>(x, dy, df, g, row0, row1, i, j, c0, k0); break;
   }
 }
+
+// filter_block of one item over a chunk of rows, for with_block.
+template <class B>
+struct filter_block_call {
+  const float *x, *dy;
+  float* df;
+  const direct_conv_shape& g;
+  std::int64_t row0, row1, i, j, c0, k0;
+  int channels;
+  template <int NV, bool H>
+  [[gnu::always_inline]] void run() const {
+    filter_block<B, NV, H>(x, dy, df, g, row0, row1, i, j, c0, k0, channels);
+  }
+};
 
 // The taps of a filter row that one filter-gradient block may span. Taps
 // next to each other in a row read pixels next to each other, and their
@@ -385,23 +420,8 @@ template <class B>
   for (std::int64_t row0 = 0; row0 < rows; row0 += chunk) {
     const std::int64_t row1 = std::min(rows, row0 + chunk);
     for (const item_t& t : items) {
-      if constexpr (B::halves) {
-        if (t.half) {
-          switch (t.vectors) {
-            case 0: filter_block<B, 0, true>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
-            case 1: filter_block<B, 1, true>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
-            case 2: filter_block<B, 2, true>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
-            default: filter_block<B, 3, true>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
-          }
-          continue;
-        }
-      }
-      switch (t.vectors) {
-        case 1: filter_block<B, 1, false>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
-        case 2: filter_block<B, 2, false>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
-        case 3: filter_block<B, 3, false>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
-        default: filter_block<B, 4, false>(x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels); break;
-      }
+      with_block<B>(t.vectors, t.half,
+                    filter_block_call<B>{x, dy, df, g, row0, row1, t.i, t.j, t.c0, t.k0, t.channels});
     }
   }
 }
