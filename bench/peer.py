@@ -5,9 +5,11 @@ For each of four steps (forward + backward + SGD, float32, one device; the
 networks are described at the top of peer_steps.cpp) and for 1 and 2 threads,
 this runs typemesh-bench-peer as a subprocess and the same step in PyTorch in
 this process, alternating them for several rounds, and prints a Markdown
-table: the median over rounds of each side's mean step time, the ratio
-PyTorch time / typemesh time (above 1: typemesh is faster) and the 1-minute
-load average before and after the row was measured.
+table: the median over rounds of each side's median step time, the ratio
+PyTorch time / typemesh time (above 1: typemesh is faster), the same ratio
+from each run's mean step, and the 1-minute load average before and after
+the row was measured. Medians, because other work on a shared machine slows
+a few steps at a time by up to 15%; the ratio of means keeps those in.
 
 PyTorch is optional: without it the script says so in one line and exits 0.
 
@@ -38,7 +40,8 @@ DESCRIPTIONS = {
 }
 # As in peer_steps.cpp.
 LEARNING_RATE = {"mlp": 0.01, "transformer": 0.01, "rnnlm": 0.01, "conv": 0.001}
-LINE = re.compile(r"^peer_step step=(\w+) threads=(\d+) .*mean_ms=([0-9.]+) .*kernel_threads=(\d+)")
+LINE = re.compile(r"^peer_step step=(\w+) threads=(\d+) .*mean_ms=([0-9.]+) .*median_ms=([0-9.]+) "
+                  r".*kernel_threads=(\d+)")
 OVERHEAD_LINE = re.compile(r"^peer_overhead .*forward_us_per_op=([0-9.]+) backward_us_per_op=([0-9.]+)")
 
 
@@ -81,9 +84,9 @@ def typemesh_ms(binary, step, threads, args):
     for line in run.stdout.splitlines():
         m = LINE.match(line)
         if m and m.group(1) == step:
-            if int(m.group(4)) != threads:
-                sys.exit(f"peer.py: typemesh ran its kernels on {m.group(4)} threads, not the {threads} asked for")
-            return float(m.group(3))
+            if int(m.group(5)) != threads:
+                sys.exit(f"peer.py: typemesh ran its kernels on {m.group(5)} threads, not the {threads} asked for")
+            return float(m.group(4)), float(m.group(3))
     sys.exit(f"peer.py: no 'peer_step step={step}' line in the output of {' '.join(cmd)}:\n{run.stdout}")
 
 

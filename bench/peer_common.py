@@ -73,8 +73,9 @@ def pass_on_advice(stderr):
 
 
 def print_cell_rule(args):
-    print(f"each cell: median over {args.rounds} rounds of the mean of {args.steps} timed steps after "
-          f"{args.warmup} warm-up steps; ratio = PyTorch time / typemesh time (> 1: typemesh faster)\n")
+    print(f"each cell: median over {args.rounds} rounds of the median of {args.steps} timed steps after "
+          f"{args.warmup} warm-up steps; ratio = PyTorch time / typemesh time (> 1: typemesh faster); "
+          f"ratio of means: the same from each run's mean step\n")
 
 
 def sgd_step(torch, model, loss_fn, learning_rate):
@@ -92,17 +93,17 @@ def sgd_step(torch, model, loss_fn, learning_rate):
 
 
 def torch_ms(train_step, args, who):
-    """Mean ms of args.steps timed steps after args.warmup untimed ones."""
+    """(median, mean) ms of args.steps timed steps after args.warmup untimed ones."""
     for _ in range(args.warmup):
         train_step()
-    total, loss = 0.0, 0.0
+    times, loss = [], 0.0
     for _ in range(args.steps):
         t0 = time.perf_counter()
         loss = train_step()
-        total += time.perf_counter() - t0
+        times.append(1e3 * (time.perf_counter() - t0))
     if not math.isfinite(loss):
         sys.exit(f"{who}: PyTorch's last loss is not finite ({loss})")
-    return 1e3 * total / args.steps
+    return statistics.median(times), statistics.fmean(times)
 
 
 def alternate(rounds, ours, theirs):
@@ -120,17 +121,22 @@ def alternate(rounds, ours, theirs):
     return a, b
 
 
-def print_row(description, threads, torch_ms_value, typemesh_ms_value, load_before):
-    print(f"| {description} | {threads} | {torch_ms_value:.1f} | {typemesh_ms_value:.1f} | "
-          f"{torch_ms_value / typemesh_ms_value:.2f} | {load_before:.2f} → {os.getloadavg()[0]:.2f} |", flush=True)
+def print_row(description, threads, ours, theirs, load_before):
+    """A table row from the rounds' (median, mean) step times of each side."""
+    t_ms, p_ms = (statistics.median(run[0] for run in side) for side in (ours, theirs))
+    t_mean, p_mean = (statistics.median(run[1] for run in side) for side in (ours, theirs))
+    print(f"| {description} | {threads} | {p_ms:.1f} | {t_ms:.1f} | {p_ms / t_ms:.2f} | {p_mean / t_mean:.2f} | "
+          f"{load_before:.2f} → {os.getloadavg()[0]:.2f} |", flush=True)
 
 
 def print_table(first_column, items, describe, args, torch, torch_step, typemesh_ms, who):
     """The table: for each item and thread count, PyTorch's step (torch_step(torch,
-    item), from seed 1) against typemesh_ms(item, threads), alternating, the
-    medians over args.rounds rounds, with the load before and after."""
-    print(f"| {first_column} | threads | PyTorch ms | typemesh ms | ratio | load (1 min) before → after |")
-    print("|---|---|---|---|---|---|")
+    item), from seed 1) against typemesh_ms(item, threads) (both give a run's
+    median and mean step), alternating, the medians over args.rounds rounds,
+    with the load before and after."""
+    print(f"| {first_column} | threads | PyTorch ms | typemesh ms | ratio | ratio of means | "
+          f"load (1 min) before → after |")
+    print("|---|---|---|---|---|---|---|")
     for item in items:
         for threads in args.threads:
             torch.set_num_threads(threads)
@@ -139,4 +145,4 @@ def print_table(first_column, items, describe, args, torch, torch_step, typemesh
             load_before = os.getloadavg()[0]
             ours, theirs = alternate(args.rounds, lambda: typemesh_ms(item, threads),
                                      lambda: torch_ms(train_step, args, who))
-            print_row(describe(item), threads, statistics.median(theirs), statistics.median(ours), load_before)
+            print_row(describe(item), threads, ours, theirs, load_before)

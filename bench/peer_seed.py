@@ -7,17 +7,18 @@ strategy, and the same networks written layer by layer in PyTorch. For each
 network and each thread count this runs the typemesh program as a
 subprocess and the PyTorch step in this process, alternating which goes
 first for --rounds rounds, and prints a Markdown table: the median over the
-rounds of each side's mean step time, the ratio PyTorch time / typemesh time
-(above 1: typemesh is faster) and the 1-minute load average before and after
-the row.
+rounds of each side's median step time, the ratio PyTorch time / typemesh
+time (above 1: typemesh is faster), the same ratio from each run's mean
+step, and the 1-minute load average before and after the row. Medians,
+because other work on a shared machine slows a few steps at a time.
 
     python3 bench/peer_seed.py --examples build/examples
 
 typemesh's time per step comes from the program's --metrics file written at
 every step (--display-steps 1): each line holds wall_s, the seconds since the
-training loop started, taken right after that step. The mean step time is
-(wall_s after the last step - wall_s after the last warm-up step) / steps,
-so start-up, parameter initialisation and the warm-up steps are left out.
+training loop started, taken right after that step. A step's time is the
+difference between its wall_s and the previous step's, so start-up,
+parameter initialisation and the warm-up steps are left out.
 Both reuse one synthetic batch, as the reference does: the programs make
 it at the first step; a typemesh step still imports it into the device's
 tensors.
@@ -35,6 +36,7 @@ import json
 import math
 import os
 import subprocess
+import statistics
 import sys
 import tempfile
 
@@ -117,7 +119,7 @@ def find_examples(given, networks):
 
 
 def typemesh_ms(examples, network, threads, args):
-    """typemesh's mean milliseconds per step, from the wall_s of the program's per-step metrics."""
+    """typemesh's (median, mean) milliseconds per step, from the wall_s of the program's per-step metrics."""
     binary = os.path.join(examples, f"typemesh-{network}")
     total = args.warmup + args.steps
     with tempfile.TemporaryDirectory() as tmp:
@@ -133,12 +135,14 @@ def typemesh_ms(examples, network, threads, args):
         with open(metrics) as f:
             lines = [json.loads(line) for line in f if line.strip()]
     wall = {line["step"]: line["wall_s"] for line in lines}
-    if total not in wall or (args.warmup > 0 and args.warmup not in wall):
-        sys.exit(f"peer_seed.py: the metrics of {' '.join(cmd)} lack step {args.warmup} or {total}: {lines}")
+    wall[0] = 0.0  # the training loop's start
+    if any(i not in wall for i in range(args.warmup, total + 1)):
+        sys.exit(f"peer_seed.py: the metrics of {' '.join(cmd)} lack some of steps {args.warmup} to {total}: {lines}")
     loss = lines[-1]["loss"]
     if loss is None or not math.isfinite(loss):
         sys.exit(f"peer_seed.py: typemesh-{network}'s last loss is not finite ({loss})")
-    return 1e3 * (wall[total] - wall.get(args.warmup, 0.0)) / args.steps
+    steps = [1e3 * (wall[i] - wall[i - 1]) for i in range(args.warmup + 1, total + 1)]
+    return statistics.median(steps), statistics.fmean(steps)
 
 
 # ---------------------------------------------------------------- PyTorch

@@ -8,9 +8,10 @@
 // Output, one line per step run:
 //
 //   peer_step step=mlp threads=1 warmup=2 steps=10 mean_ms=... min_ms=...
-//     first_loss=... last_loss=... kernel_threads=1
+//     median_ms=... first_loss=... last_loss=... kernel_threads=1
 //
-// mean_ms is the mean time of the timed steps after the warm-up steps.
+// mean_ms, min_ms and median_ms: the mean, fastest and median time of the
+// timed steps after the warm-up steps.
 // The program checks that every loss is finite and that, over a run of two
 // steps or more, the cross-entropy steps' loss has gone down (the batch never
 // changes, so SGD must lower it); otherwise it exits with status 1. The Transformer's loss
@@ -215,10 +216,10 @@ int main(int argc, char** argv) {
         const result r = typemesh_peer::network(name, m, [&](auto&& step) { return run(o, step); });
         double total = 0, fastest = r.seconds.front();
         for (double t : r.seconds) total += t, fastest = std::min(fastest, t);
-        std::printf("peer_step step=%s threads=%d warmup=%d steps=%d mean_ms=%.3f min_ms=%.3f first_loss=%.6g "
-                    "last_loss=%.6g kernel_threads=%d\n",
+        std::printf("peer_step step=%s threads=%d warmup=%d steps=%d mean_ms=%.3f min_ms=%.3f median_ms=%.3f "
+                    "first_loss=%.6g last_loss=%.6g kernel_threads=%d\n",
                     name, o.threads, o.warmup, o.steps, 1e3 * total / double(r.seconds.size()), 1e3 * fastest,
-                    r.first_loss, r.last_loss, typemesh::backend::host::kernel_threads());
+                    1e3 * median(r.seconds), r.first_loss, r.last_loss, typemesh::backend::host::kernel_threads());
         std::fflush(stdout);
         const bool finite = std::isfinite(r.first_loss) && std::isfinite(r.last_loss);
         if (!typemesh_peer::losses_plausible(name, o.warmup + o.steps, r.first_loss, r.last_loss)) {
