@@ -34,8 +34,8 @@
 // writes its input buffer again, on both sides alike. A program sends what
 // it has just computed, so the sender's core holds the lines modified and
 // the receiver pays to fetch them from it: on a 2-core Xeon a raw 8 KiB
-// MPI_Send/MPI_Recv round trip took 3.2-3.6 us from a buffer last written
-// long before and 6.9-7.3 us from one written just before each send.
+// MPI_Send/MPI_Recv round trip took 2.8-3.6 us from a buffer last written
+// long before and 6.9-7.6 us from one written just before each send.
 // Without the rewrite, device 0's leg of ping-pong re-sent a buffer written
 // once at the start, which only raw MPI could exploit (typemesh's send
 // copies the message or hands it over in pieces, so what it sends is always
