@@ -108,6 +108,10 @@
 //   --min-reps R     at least R timed repetitions (default 5; --quick: 2)
 //   --case C         only case C (1, 1r, 2, 2r, 2z, 3, 3r or 4); may be given
 //                    more than once
+//   --tensor-bytes N the size of every case's tensor: a whole number of MiB
+//                    from 1M to 256M (default 32M). The seq dim scales with it
+//                    (no case splits seq): [64, 2 per MiB, 2048] and
+//                    [32, 8 per MiB, 1024]. Not with --quick.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -165,6 +169,7 @@ using half_mesh = typemesh::mesh<"every_other", axis0>;
 struct options : repeat_options {
   double plan_rep_s = 0.002;       // aim of one plan-only repetition
   std::vector<std::string> cases;  // --case: only these (all when empty)
+  std::size_t tensor_mib = 32;     // --tensor-bytes, in MiB
 
   bool runs(std::string_view name) const {
     return cases.empty() || std::find(cases.begin(), cases.end(), name) != cases.end();
@@ -176,16 +181,30 @@ struct options : repeat_options {
 constexpr std::string_view case_names[] = {"1", "1r", "2", "2r", "2z", "3", "3r", "4"};
 
 constexpr program_info program{"typemesh-bench-conversions",
-                               "typemesh-bench-conversions [--quick] [--min-time-ms T] [--min-reps R] [--case C]..."};
+                               "typemesh-bench-conversions [--quick] [--min-time-ms T] [--min-reps R] [--case C]... "
+                               "[--tensor-bytes N]"};
 
 options parse(int argc, char** argv) {
   options o;
+  bool tensor_bytes_given = false;
   parse_flags(argc, argv, program, "measures relayouts and mesh replacements against memcpy (see the source's header)",
               o, [&](std::string_view a, auto& value) {
-                if (a != "--case") return false;
-                o.cases.push_back(value());
+                if (a == "--case") {
+                  o.cases.push_back(value());
+                  return true;
+                }
+                if (a != "--tensor-bytes") return false;
+                const std::size_t bytes = parse_byte_count(program, a, value());
+                constexpr std::size_t mib = std::size_t(1) << 20;
+                if (bytes % mib != 0 || bytes < mib || bytes > 256 * mib) {
+                  usage(program, "--tensor-bytes wants a whole number of MiB from 1M to 256M, not " +
+                                     std::to_string(bytes) + " bytes");
+                }
+                o.tensor_mib = bytes / mib;
+                tensor_bytes_given = true;
                 return true;
               });
+  if (tensor_bytes_given && o.quick) usage(program, "--tensor-bytes and --quick do not go together (--quick has its own sizes)");
   for (const std::string& c : o.cases) {
     if (std::count(std::begin(case_names), std::end(case_names), c)) continue;
     std::string known;
@@ -431,12 +450,14 @@ int main(int argc, char** argv) {
 
   print_legend(opt);
   print_machine();
-  std::printf("%s\n\n", opt.quick ? "sizes: small (--quick)" : "sizes: full (8 to 32 MiB per tensor)");
+  if (opt.quick) std::printf("sizes: small (--quick)\n\n");
+  else std::printf("sizes: %zu MiB per tensor\n\n", opt.tensor_mib);
 
   // Sizes: the reference's feature widths (num_units = 2048 for the RNNLM
-  // and GNMT, d_model = 1024 for the large transformer).
-  const rnn_shape rnn = opt.quick ? rnn_shape{8, 8, 128} : rnn_shape{64, 64, 2048};
-  const trf_shape trf = opt.quick ? trf_shape{8, 16, 64} : trf_shape{32, 256, 1024};
+  // and GNMT, d_model = 1024 for the large transformer); seq sets the size.
+  const auto mib = static_cast<std::int64_t>(opt.tensor_mib);
+  const rnn_shape rnn = opt.quick ? rnn_shape{8, 8, 128} : rnn_shape{64, 2 * mib, 2048};
+  const trf_shape trf = opt.quick ? trf_shape{8, 16, 64} : trf_shape{32, 8 * mib, 1024};
 
   const embed_mesh embed({1, 1, 8}, dv::all(8));
   const lstm0_mesh lstm0({4, 1, 1}, dv::first_half(8));
