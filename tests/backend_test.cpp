@@ -290,21 +290,21 @@ TEST(BoxCopies, CopyAndStreamWriteExactlyTheBox) {
   }
 }
 
-// Host storage: blocks of 4 MiB and more start on a 2 MiB boundary (so that
+// Host storage: blocks of 2 MiB and more start on a 2 MiB boundary (so that
 // 2 MiB pages can back them), smaller ones as operator new places them;
 // every size keeps its values, and a freed block of either kind is reused
 // by the next storage of its size on the same thread.
 TEST(HostStorage, LargeBlocksStartOnA2MiBBoundaryAndEverySizeKeepsItsValues) {
   constexpr std::uintptr_t two_mib = std::uintptr_t(2) << 20;
-  for (std::size_t bytes : {std::size_t(1) << 20, (std::size_t(4) << 20) - 4, std::size_t(4) << 20,
-                            (std::size_t(9) << 20) + 12}) {
+  for (std::size_t bytes : {std::size_t(1) << 20, (std::size_t(2) << 20) - 4, std::size_t(2) << 20,
+                            (std::size_t(3) << 20) + 8, (std::size_t(9) << 20) + 12}) {
     SCOPED_TRACE(testing::Message() << bytes << " bytes");
     const std::size_t n = bytes / sizeof(float);
     const float* first = nullptr;
     for (int round = 0; round < 2; ++round) {
       be::storage<float, host_space> s(n);
       float* p = be::view(s).data();
-      if (bytes >= (std::size_t(4) << 20)) {
+      if (bytes >= (std::size_t(2) << 20)) {
         EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % two_mib, 0u);
       }
       for (std::size_t i = 0; i < n; i += 1021) p[i] = static_cast<float>(i);

@@ -630,24 +630,28 @@ TEST(InPlace, ASourceChangedRightAfterTheCallLeavesTheResult) {
   }
 }
 
-// Targets of a megabyte or more are written with non-temporal stores; the
+// Host targets of 2 MiB or more are written with non-temporal stores, and
+// from 1 MiB their contiguous pieces (the others with ordinary stores); the
 // values are the same, in every direction of a replace_mesh and a relayout.
 TEST(InPlace, LargeTargetsKeepTheirValues) {
-  const S3 s{64, 64, 128};  // 2 MiB of floats
-  const auto h = counting(s, 0);
-  launch({.devices = 4, .backend = host}, [&](device& dev) {
-    M1 from({2}, {0, 1});
-    M2 to({2}, {2, 3});
-    typemesh::mesh<"grid", a0, a1> grid({2, 2});
-    auto x = typemesh::import_tensor<layout<d2(a0)>>(from, h);
-    auto y = typemesh::replace_mesh<layout<d0(a0)>>(x, to);  // 1 MiB targets, strided rows
-    auto back = typemesh::replace_mesh<layout<d1(a0)>>(y, from);
-    auto g = typemesh::import_tensor<layout<d0(a0), d1(a1)>>(grid, h);
-    auto swapped = typemesh::relayout<layout<d0(a1)>>(g);  // 1 MiB targets, replicated along a0
-    if (to.contains(dev.id())) expect_local(y, [&](auto i) { return h[i]; });
-    if (from.contains(dev.id())) expect_local(back, [&](auto i) { return h[i]; });
-    expect_local(swapped, [&](auto i) { return h[i]; });
-  });
+  for (std::int64_t d2_size : {128, 256}) {  // targets of 1 MiB, then 2 MiB
+    SCOPED_TRACE(testing::Message() << "d2 = " << d2_size);
+    const S3 s{64, 64, d2_size};
+    const auto h = counting(s, 0);
+    launch({.devices = 4, .backend = host}, [&](device& dev) {
+      M1 from({2}, {0, 1});
+      M2 to({2}, {2, 3});
+      typemesh::mesh<"grid", a0, a1> grid({2, 2});
+      auto x = typemesh::import_tensor<layout<d2(a0)>>(from, h);
+      auto y = typemesh::replace_mesh<layout<d0(a0)>>(x, to);  // strided rows into the targets
+      auto back = typemesh::replace_mesh<layout<d1(a0)>>(y, from);  // contiguous pieces
+      auto g = typemesh::import_tensor<layout<d0(a0), d1(a1)>>(grid, h);
+      auto swapped = typemesh::relayout<layout<d0(a1)>>(g);  // replicated along a0
+      if (to.contains(dev.id())) expect_local(y, [&](auto i) { return h[i]; });
+      if (from.contains(dev.id())) expect_local(back, [&](auto i) { return h[i]; });
+      expect_local(swapped, [&](auto i) { return h[i]; });
+    });
+  }
 }
 
 // Many transfers back to back between the same devices, both ways and within

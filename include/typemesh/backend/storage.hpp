@@ -106,14 +106,16 @@ void cached_release(void* p, std::size_t bytes) noexcept {
   Memory::release(p, bytes);
 }
 
-// Blocks of 4 MiB and more start on a 2 MiB boundary and ask Linux for
+// Blocks of 2 MiB and more start on a 2 MiB boundary and ask Linux for
 // 2 MiB pages (where transparent huge pages are on "madvise" or "always"):
 // a 4 KiB page per few rows of a large tensor made strided copies (a
-// transfer's pieces) and GEMMs miss the TLB. Measured: conversions up to
-// 11% and the peer steps 1-5% faster (docs/performance.md).
+// transfer's pieces) and GEMMs miss the TLB, and non-temporal stores to
+// rows a page apart ran at a third of memcpy's speed. Measured: conversions
+// up to 11% faster at 32 MiB and 2-3x at 8 MiB, the peer steps 1-5%
+// (docs/performance.md).
 struct host_memory {
   static constexpr std::size_t page = std::size_t(2) << 20;
-  static constexpr std::size_t large = 2 * page;
+  static constexpr std::size_t large = page;
   static void* allocate(std::size_t bytes) {
     if (bytes < large) return ::operator new(bytes);
     void* p = ::operator new(bytes, std::align_val_t{page});

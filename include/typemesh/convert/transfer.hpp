@@ -81,6 +81,10 @@ std::int64_t kept_in_place(const transfer_plan<Rank>& plan, int me, const local_
 // which costs more than copying a few KiB twice.
 inline constexpr std::int64_t lend_bytes = std::int64_t(64) << 10;
 
+// From this many bytes a host target slice is written with non-temporal
+// stores; from half of it, its contiguous pieces only (run_transfer).
+inline constexpr std::int64_t stream_bytes = std::int64_t(2) << 20;
+
 // Moves the pieces of `plan` from `in` (this device's source slice) into
 // `out` (its target slice), both in the memory of Space. Compiled once per
 // space, element type and rank. With `kept_shared` the target shares the
@@ -92,10 +96,13 @@ inline constexpr std::int64_t lend_bytes = std::int64_t(64) << 10;
 // every element moves once. The label still goes ahead of each loan, so a
 // receiver never takes another transfer's. Before returning (also on an
 // error) the device waits until its slice is no longer read. A host target
-// slice of a megabyte or more is written with stores that bypass the caches
-// (backend::stream_box): it does not stay in a core's cache anyway, and its
-// lines are then not read in before being overwritten, a third of a copy's
-// memory traffic. Between other pairs, and on other communicators, each
+// slice of stream_bytes or more is written with stores that bypass the
+// caches (backend::stream_box): it does not stay in a core's cache anyway,
+// and its lines are then not read in before being overwritten, a third of a
+// copy's memory traffic. Between half of that and stream_bytes a slice has
+// 4 KiB pages (backend/storage.hpp), and only pieces that land in one
+// contiguous run stream: scattered rows of non-temporal stores a page apart
+// ran at a third of memcpy's speed there. Between other pairs, and on other communicators, each
 // device packs the pieces it sends to a peer into one message and unpacks
 // what it receives.
 template <class Space, class T, std::size_t Rank>
@@ -103,18 +110,21 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
                   local_slice<T, Rank> out, bool kept_shared = false) {
   device& dev = this_device();
   const int me = dev.id();
-  bool lends = false, stream = false;
+  bool lends = false;
+  std::int64_t out_bytes = 0;
   if constexpr (std::is_same_v<Space, host_space>) {
     lends = dev.lends();
-    stream = out.slice.elements() * std::int64_t(sizeof(T)) >= (std::int64_t(1) << 20);
+    out_bytes = out.slice.elements() * std::int64_t(sizeof(T));
   }
-  // Into the target slice.
-  auto copy = [&](const T* src, const backend::region<Rank>& from, const backend::region<Rank>& to,
-                  const std::array<std::int64_t, Rank>& extent) {
+  // Into the target slice, piece `global` (its box in the tensor).
+  auto copy = [&](const T* src, const backend::region<Rank>& from, const box<Rank>& global) {
+    const auto to = out.region_of(global);
     if constexpr (std::is_same_v<Space, host_space>) {
-      if (stream) return backend::stream_box(s, src, from, out.data, to, extent);
+      const bool contiguous = out.contiguous_offset(global) >= 0;
+      if (out_bytes >= stream_bytes || (out_bytes >= stream_bytes / 2 && contiguous))
+        return backend::stream_box(s, src, from, out.data, to, global.extent);
     }
-    backend::copy_box(s, src, from, out.data, to, extent);
+    backend::copy_box(s, src, from, out.data, to, global.extent);
   };
   auto packed = [](const box<Rank>& b) { return backend::region<Rank>{b.extent, {}}; };
 
@@ -163,7 +173,7 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
 
   // What this device keeps.
   for (const auto& p : plan.pieces) {
-    if (p.from == me && p.to == me && !kept_shared) copy(in.data, in.region_of(p.region), out.region_of(p.region), p.region.extent);
+    if (p.from == me && p.to == me && !kept_shared) copy(in.data, in.region_of(p.region), p.region);
   }
 
   // Incoming, in the senders' order: from the lender's slice, or unstaged
@@ -174,7 +184,7 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
         const auto [theirs, hold] = dev.borrow_labelled<T>(
             what, peer, static_cast<std::size_t>(pieces[0]->source.elements()), static_cast<std::size_t>(total(pieces)));
         const local_slice<const T, Rank> from{theirs.data(), pieces[0]->source};
-        for (auto* p : pieces) copy(from.data, from.region_of(p->region), out.region_of(p->region), p->region.extent);
+        for (auto* p : pieces) copy(from.data, from.region_of(p->region), p->region);
       }
       continue;
     }
@@ -186,7 +196,7 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
     dev.recv_labelled(what, peer, backend::span_of(s, message.data(), message.size()));
     const T* at = message.data();
     for (auto* p : pieces) {
-      copy(at, packed(p->region), out.region_of(p->region), p->region.extent);
+      copy(at, packed(p->region), p->region);
       at += p->region.elements();
     }
   }
