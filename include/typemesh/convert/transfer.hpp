@@ -102,9 +102,9 @@ inline constexpr std::int64_t stream_bytes = std::int64_t(2) << 20;
 // copy's memory traffic. Between half of that and stream_bytes a slice has
 // 4 KiB pages (backend/storage.hpp), and only pieces that land in one
 // contiguous run stream: scattered rows of non-temporal stores a page apart
-// ran at a third of memcpy's speed there. Between other pairs, and on other communicators, each
-// device packs the pieces it sends to a peer into one message and unpacks
-// what it receives.
+// ran at a third of memcpy's speed there. Between other pairs, and on other
+// communicators, each device packs the pieces it sends to a peer into one
+// message and unpacks what it receives.
 template <class Space, class T, std::size_t Rank>
 void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& plan, local_slice<const T, Rank> in,
                   local_slice<T, Rank> out, bool kept_shared = false) {
