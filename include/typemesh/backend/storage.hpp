@@ -131,6 +131,10 @@ struct host_memory {
 };
 }  // namespace detail
 
+// Host blocks of this many bytes and more are on 2 MiB pages (where Linux
+// gives them); smaller ones on 4 KiB pages.
+inline constexpr std::size_t host_large_block_bytes = detail::host_memory::large;
+
 // Default-initialises (leaves trivial types uninitialised) where std::allocator
 // would value-initialise, and reuses this thread's freed large blocks.
 template <class T>

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "typemesh/backend/kernels.hpp"
+#include "typemesh/backend/storage.hpp"
 #include "typemesh/autodiff/tape.hpp"
 #include "typemesh/convert/transfer_plan.hpp"
 #include "typemesh/tensor/tensor.hpp"
@@ -81,9 +82,10 @@ std::int64_t kept_in_place(const transfer_plan<Rank>& plan, int me, const local_
 // which costs more than copying a few KiB twice.
 inline constexpr std::int64_t lend_bytes = std::int64_t(64) << 10;
 
-// From this many bytes a host target slice is written with non-temporal
-// stores; from half of it, its contiguous pieces only (run_transfer).
-inline constexpr std::int64_t stream_bytes = std::int64_t(2) << 20;
+// From this many bytes a host target slice is on 2 MiB pages and written
+// with non-temporal stores; from half of it, its contiguous pieces only
+// (run_transfer).
+inline constexpr auto stream_bytes = static_cast<std::int64_t>(backend::host_large_block_bytes);
 
 // Moves the pieces of `plan` from `in` (this device's source slice) into
 // `out` (its target slice), both in the memory of Space. Compiled once per
@@ -120,8 +122,7 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
   auto copy = [&](const T* src, const backend::region<Rank>& from, const box<Rank>& global) {
     const auto to = out.region_of(global);
     if constexpr (std::is_same_v<Space, host_space>) {
-      const bool contiguous = out.contiguous_offset(global) >= 0;
-      if (out_bytes >= stream_bytes || (out_bytes >= stream_bytes / 2 && contiguous))
+      if (out_bytes >= stream_bytes || (out_bytes >= stream_bytes / 2 && out.contiguous_offset(global) >= 0))
         return backend::stream_box(s, src, from, out.data, to, global.extent);
     }
     backend::copy_box(s, src, from, out.data, to, global.extent);
