@@ -495,7 +495,7 @@ typemesh::host_tensor<float, S3> counting(const S3& s, float from) {
 
 // A target device skips a replace_mesh: its next replace_mesh must not take
 // the skipped one's message (it used to, silently, with the wrong values).
-// Both as messages (small) and as loans (64 KiB and more a pair, host threads).
+// Both as messages (small) and as loans (16 KiB and more a pair, host threads).
 const S3 small_and_lent[] = {S3{4, 2, 2}, S3{64, 32, 32}};
 
 TEST(Identity, ASkippedReplaceMeshIsNamedNotTakenByTheNext) {
@@ -657,7 +657,7 @@ TEST(InPlace, LargeTargetsKeepTheirValues) {
 // Many transfers back to back between the same devices, both ways and within
 // a mesh, each with new values: every one takes its own call's data.
 TEST(InPlace, ManyTransfersBackToBackBetweenTheSameDevices) {
-  const S3 s{64, 32, 32};  // 64 KiB between each pair of the replace_meshes (lent), 16 KiB in the relayout (sent)
+  const S3 s{64, 32, 16};  // 32 KiB between each pair of the replace_meshes (lent), 8 KiB in the relayout (sent)
   launch({.devices = 4, .backend = host}, [&](device& dev) {
     M1 from({2}, {0, 1});
     M2 to({2}, {2, 3});

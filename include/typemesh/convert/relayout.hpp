@@ -11,8 +11,11 @@
 // Mesh-TensorFlow's rename went wrong.
 #pragma once
 
+#include <string>
 #include <type_traits>
+#include <utility>
 
+#include "typemesh/convert/memo.hpp"
 #include "typemesh/convert/transfer.hpp"
 #include "typemesh/ops/collectives.hpp"
 #include "typemesh/tensor/tensor.hpp"
@@ -97,9 +100,13 @@ tensor<T, S, NewLayout, M> relayout_as(const tensor<T, S, L, M>& x, const What& 
 // layout<..> to layout<..>".
 template <class NewLayout, class T, class S, class L, class M>
 tensor<T, S, NewLayout, M> relayout(const tensor<T, S, L, M>& x) {
+  // Formatted once per thread for each mesh and shape (memo.hpp).
   const auto what = [&] {
-    return detail::cat("relayout of dims ", x.shape().describe(), " on ", x.mesh().describe(), " from ",
-                       L::describe(), " to ", NewLayout::describe());
+    thread_local detail::per_thread_memo<std::pair<M, S>, std::string> descriptions;
+    return descriptions.get({x.mesh(), x.shape()}, [&] {
+      return detail::cat("relayout of dims ", x.shape().describe(), " on ", x.mesh().describe(), " from ",
+                         L::describe(), " to ", NewLayout::describe());
+    });
   };
   try {
     return detail::relayout_as<NewLayout>(x, what);

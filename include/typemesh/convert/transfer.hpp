@@ -18,7 +18,9 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -26,6 +28,7 @@
 #include "typemesh/backend/kernels.hpp"
 #include "typemesh/backend/storage.hpp"
 #include "typemesh/autodiff/tape.hpp"
+#include "typemesh/convert/memo.hpp"
 #include "typemesh/convert/transfer_plan.hpp"
 #include "typemesh/tensor/tensor.hpp"
 
@@ -79,8 +82,11 @@ std::int64_t kept_in_place(const transfer_plan<Rank>& plan, int me, const local_
 
 // Below this many bytes between two devices a transfer sends a message even
 // where the communicator lends: a loan makes the sender wait for its reader,
-// which costs more than copying a few KiB twice.
-inline constexpr std::int64_t lend_bytes = std::int64_t(64) << 10;
+// which costs more than copying a few KiB twice. Since waits watch before
+// they sleep (runtime/host_world.hpp), pairs of 16-64 KiB are faster lent:
+// at 1 MiB over 8 devices, case 1 of typemesh-bench-conversions took 69-104
+// us lent against 134-138 us sent (docs/performance.md, "Watched waits").
+inline constexpr std::int64_t lend_bytes = std::int64_t(16) << 10;
 
 // From this many bytes a host target slice is on 2 MiB pages and written
 // with non-temporal stores; from half of it, its contiguous pieces only
@@ -205,11 +211,31 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
 
 // "replace_mesh from mesh 'a' [4] on devices [0 1 2 3] to mesh 'b' [2] on
 // devices [4 5], dims [batch=8 k=4], layout<...> to layout<...>": what a transfer's
-// messages and errors name it by.
+// messages and errors name it by. Formatted once per thread for each
+// operation, meshes and shape (memo.hpp).
 template <class NewLayout, class X, class M2>
 std::string transfer_description(std::string_view op, const X& x, const M2& to) {
-  return cat(op, " from ", x.mesh().describe(), " to ", to.describe(), ", dims ", x.shape().describe(), ", ",
-             X::layout_type::describe(), " to ", NewLayout::describe());
+  using key = std::tuple<std::string_view, typename X::mesh_type, M2, typename X::shape_type>;
+  thread_local per_thread_memo<key, std::string> descriptions;
+  return descriptions.get(key{op, x.mesh(), to, x.shape()}, [&] {
+    return cat(op, " from ", x.mesh().describe(), " to ", to.describe(), ", dims ", x.shape().describe(), ", ",
+               X::layout_type::describe(), " to ", NewLayout::describe());
+  });
+}
+
+// The plan moving x's elements onto `to` under NewLayout, made once per
+// thread for each shape and pair of placements (memo.hpp).
+template <class NewLayout, class T, class S, class L, class M, class M2>
+std::shared_ptr<const transfer_plan<S::rank>> plan_of(const tensor<T, S, L, M>& x, const M2& to) {
+  constexpr std::size_t rank = S::rank;
+  using placement = runtime_placement<rank>;
+  using key = std::tuple<std::array<std::int64_t, rank>, placement, placement>;
+  thread_local per_thread_memo<key, std::shared_ptr<const transfer_plan<rank>>> plans;
+  key k{x.shape().sizes(), placement::template of<typename tensor<T, S, L, M>::geometry>(x.mesh()),
+        placement::template of<typename tensor<T, S, NewLayout, M2>::geometry>(to)};
+  return plans.get(k, [&] {
+    return std::make_shared<const transfer_plan<rank>>(make_transfer_plan<rank>(std::get<0>(k), std::get<1>(k), std::get<2>(k)));
+  });
 }
 
 template <class NewLayout, class T, class S, class L, class M, class M2>
@@ -230,16 +256,14 @@ Out with_gradient(Out out, const In& x, const std::string& what) {
 // both meshes do nothing.
 template <class NewLayout, class T, class S, class L, class M, class M2>
 tensor<T, S, NewLayout, M2> transfer_as(const std::string& what, const tensor<T, S, L, M>& x, const M2& to) {
-  using in_t = tensor<T, S, L, M>;
   using out_t = tensor<T, S, NewLayout, M2>;
   constexpr std::size_t rank = S::rank;
   try {
     const int me = x.device();
     // Uninitialised: the plan's pieces tile every target slice (transfer_plan.hpp).
     if (!x.mesh().contains(me) && !to.contains(me)) return with_gradient(out_t(to, x.shape(), uninitialized), x, what);
-    const auto plan = make_transfer_plan<rank>(x.shape().sizes(),
-                                               runtime_placement<rank>::template of<typename in_t::geometry>(x.mesh()),
-                                               runtime_placement<rank>::template of<typename out_t::geometry>(to));
+    const auto plan_ptr = plan_of<NewLayout>(x, to);
+    const transfer_plan<rank>& plan = *plan_ptr;
     if constexpr (std::is_same_v<space_of<M>, space_of<M2>>) {
       const local_slice<const T, rank> in{x.data(), x.slice()};
       if (const std::int64_t at = kept_in_place(plan, me, in); at >= 0) {

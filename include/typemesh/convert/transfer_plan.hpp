@@ -38,6 +38,8 @@ struct runtime_placement {
   std::vector<int> sizes;              // mesh axis sizes
   std::vector<int> devices;            // row-major, as the mesh lists them
 
+  friend bool operator==(const runtime_placement&, const runtime_placement&) = default;
+
   template <class Placement>
   static runtime_placement of(const typename Placement::mesh_type& m) {
     runtime_placement p;
