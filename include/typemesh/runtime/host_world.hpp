@@ -109,7 +109,8 @@ class watched_condition {
     if (until == clock::time_point::max()) cv_.wait(lk);
     else cv_.wait_until(lk, until);
   }
-  // Sleeps until pred() holds, without watching (the error paths).
+  // Sleeps until pred() holds, without watching: the error paths, and a
+  // loan being copied out, which is ready once that copy is.
   template <class Pred>
   void wait_until_true(std::unique_lock<std::mutex>& lk, Pred pred) {
     cv_.wait(lk, pred);
