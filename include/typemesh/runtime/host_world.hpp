@@ -193,9 +193,10 @@ class host_world {
     std::string broken;
     bool broken_by_timeout = false;
     // Per parity of the meeting (generation % 2) a member publishes at: its
-    // call, and a small collective's input (small_bytes a member). Both stay
-    // until the meeting after next, which no member reaches before every
-    // member has left the first.
+    // call, and a small collective's input (small_bytes a member, then one
+    // slot more for a small allreduce's sum). Both stay until the meeting
+    // after next, which no member reaches before every member has left the
+    // first.
     std::array<std::vector<call>, 2> calls;
     std::array<std::vector<std::byte>, 2> small;
   };
@@ -226,12 +227,13 @@ class host_world {
     if (publish) r.calls[gen % 2][member] = *publish;
     if (!small.empty()) {
       auto& slots = r.small[gen % 2];
-      if (slots.empty()) slots.resize(static_cast<std::size_t>(g.size()) * small_bytes);
+      if (slots.empty()) slots.resize(static_cast<std::size_t>(g.size() + 1) * small_bytes);
       std::memcpy(slots.data() + member * small_bytes, small.data(), small.size());
     }
     r.arrived[member] = gen + 1;
     if (++r.waiting == g.size()) {
       r.waiting = 0;
+      if (publish && !small.empty()) fold_small_allreduce(r, g, gen % 2, *publish);
       if (!closing) {
         std::fill(r.reading.begin(), r.reading.end(), 1);
         r.readers = g.size();
@@ -291,6 +293,25 @@ class host_world {
   }
 
  private:
+  // A small allreduce's last member to arrive folds every member's input
+  // into the meeting place's last slot, in member order, once; each member
+  // then copies that slot. Before, every member folded all the inputs,
+  // which were just written on other cores: seven times the reading. Only
+  // when every member called the same; else the members report the
+  // mismatch.
+  static void fold_small_allreduce(rendezvous& r, const group& g, std::size_t parity, const call& c) {
+    if (c.kind != op_kind::allreduce) return;
+    for (const call& other : r.calls[parity])
+      if (!(other == c)) return;
+    auto& slots = r.small[parity];
+    with_dtype(c.type, [&]<class T>() {
+      std::vector<const T*> inputs(static_cast<std::size_t>(g.size()));
+      for (int j = 0; j < g.size(); ++j) inputs[j] = reinterpret_cast<const T*>(slots.data() + j * small_bytes);
+      detail::reduce_in_member_order<T>(reinterpret_cast<T*>(slots.data() + g.size() * small_bytes), inputs, 0,
+                                        c.count, c.op);
+    });
+  }
+
   static void stop_reading(rendezvous& r, int member) {
     if (r.reading[member]) {
       r.reading[member] = 0;
@@ -524,9 +545,10 @@ class host_communicator {
     with_dtype(t, [&]<class T>() {
       const host_world::call c{op_kind::allreduce, n, t, op, 0, in, out};
       if (small(n * sizeof(T))) {
-        // Every member reduces the whole, in member order: the same bits.
+        // The last member to arrive folded the inputs in member order
+        // (host_world::fold_small_allreduce): every member gets the same bits.
         session s(*this, g, c, true, bytes_of(in, n * sizeof(T)));
-        detail::reduce_in_member_order<T>(static_cast<T*>(out), s.inputs<T>(), 0, n, op);
+        if (n) std::memcpy(out, s.small_sum(), n * sizeof(T));
         return;
       }
       const std::size_t gs = g.size();
@@ -681,6 +703,9 @@ class host_communicator {
       const auto& slots = r.small[parity];
       return slots.empty() ? nullptr : slots.data() + j * host_world::small_bytes;
     }
+
+    // A small allreduce's sum, folded at the meeting.
+    const std::byte* small_sum() const { return r.small[parity].data() + g.size() * host_world::small_bytes; }
 
     template <class T>
     std::vector<const T*> inputs() const {
