@@ -240,7 +240,7 @@ class host_world {
       }
       r.generation.store(gen + 1, std::memory_order_release);
       r.cv.mark();
-      lk.unlock();  // waiters re-check the generation under the lock; waking them unlocked saves a second wake-up
+      lk.unlock();  // a waiter that sleeps re-checks the generation under the lock: wake it unlocked
       r.cv.notify_all();
       return gen;
     }
