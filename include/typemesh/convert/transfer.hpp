@@ -1,21 +1,24 @@
-// Carrying out a transfer plan. On host threads (a communicator that lends
-// memory) each receiver copies its pieces straight from the senders' source
-// slices into its target slice, wherever a pair moves at least lend_bytes;
-// otherwise (small pieces, MPI, NCCL, GPU memory) each device packs what it
-// sends to each peer into one message, copies what it keeps, and unpacks what
-// it receives. Neither waits on a receiver for longer than a buffered send
-// would, so no order of devices can deadlock.
+// Carrying out a transfer plan. On host threads (a communicator that
+// exchanges through shared memory) every sender shows its source slice once
+// and each receiver copies its pieces straight from the senders' slices into
+// its target slice, all pairs of the transfer in one exchange; otherwise
+// (MPI, NCCL, GPU memory) each device packs what it sends to each peer into
+// one message, copies what it keeps, and unpacks what it receives. Neither
+// waits on a receiver for longer than a buffered send would, so no order of
+// devices can deadlock.
 //
 // Every message is labelled with the transfer's description (the operation,
 // both meshes, the dims and both layouts) and its place in the stream between
-// the two devices, so a receiver never takes another transfer's message: a
-// skipped or reordered transfer is an error naming both, and a message left
-// over at the end of the program is reported by launch. Errors raised inside
-// a transfer lead with its description.
+// the two devices, and every exchange carries the description, so a receiver
+// never takes another transfer's data: a skipped or reordered transfer is an
+// error naming both, and data left over at the end of the program is
+// reported by launch. Errors raised inside a transfer lead with its
+// description.
 #pragma once
 
-#include <cstddef>
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -80,14 +83,6 @@ std::int64_t kept_in_place(const transfer_plan<Rank>& plan, int me, const local_
   return in.contiguous_offset(kept->region);
 }
 
-// Below this many bytes between two devices a transfer sends a message even
-// where the communicator lends: a loan makes the sender wait for its reader,
-// which costs more than copying a few KiB twice. Since waits watch before
-// they sleep (runtime/host_world.hpp), pairs of 16-64 KiB are faster lent:
-// at 1 MiB over 8 devices, case 1 of typemesh-bench-conversions took 69-104
-// us lent against 134-138 us sent (docs/performance.md, "Watched waits").
-inline constexpr std::int64_t lend_bytes = std::int64_t(16) << 10;
-
 // From this many bytes a host target slice is on 2 MiB pages and written
 // with non-temporal stores; from half of it, its contiguous pieces only
 // (run_transfer).
@@ -98,32 +93,29 @@ inline constexpr auto stream_bytes = static_cast<std::int64_t>(backend::host_lar
 // space, element type and rank. With `kept_shared` the target shares the
 // source's elements (kept_in_place), so this device only sends.
 //
-// Where the communicator lends host memory (host threads), a device lends its
-// whole source slice to each peer it sends at least lend_bytes to, and that
-// peer copies its pieces from the slice straight into its target slice:
-// every element moves once. The label still goes ahead of each loan, so a
-// receiver never takes another transfer's. Before returning (also on an
-// error) the device waits until its slice is no longer read. A host target
-// slice of stream_bytes or more is written with stores that bypass the
-// caches (backend::stream_box): it does not stay in a core's cache anyway,
-// and its lines are then not read in before being overwritten, a third of a
-// copy's memory traffic. Between half of that and stream_bytes a slice has
-// 4 KiB pages (backend/storage.hpp), and only pieces that land in one
-// contiguous run stream: scattered rows of non-temporal stores a page apart
-// ran at a third of memcpy's speed there. Between other pairs, and on other
-// communicators, each device packs the pieces it sends to a peer into one
-// message and unpacks what it receives.
+// On host threads (dev.exchanges()), the whole transfer is one exchange
+// (exchanging_communicator): this device shows its whole source slice to the
+// peers it sends to, and copies its pieces from each sender's slice as soon
+// as that one shows it, straight into its target slice: every element moves
+// once, and each device meets the others once, not once per pair (case 2 of
+// typemesh-bench-conversions at 1 MiB: 160-170 us with a loan per pair,
+// 85-97 us in one exchange; docs/performance.md). It returns once its slice
+// is no longer read. A host target slice of stream_bytes or more is written
+// with stores that bypass the caches (backend::stream_box): it does not stay
+// in a core's cache anyway, and its lines are then not read in before being
+// overwritten, a third of a copy's memory traffic. Between half of that and
+// stream_bytes a slice has 4 KiB pages (backend/storage.hpp), and only
+// pieces that land in one contiguous run stream: scattered rows of
+// non-temporal stores a page apart ran at a third of memcpy's speed there.
+// On other communicators each device packs the pieces it sends to a peer
+// into one message and unpacks what it receives.
 template <class Space, class T, std::size_t Rank>
 void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& plan, local_slice<const T, Rank> in,
                   local_slice<T, Rank> out, bool kept_shared = false) {
   device& dev = this_device();
   const int me = dev.id();
-  bool lends = false;
   std::int64_t out_bytes = 0;
-  if constexpr (std::is_same_v<Space, host_space>) {
-    lends = dev.lends();
-    out_bytes = out.slice.elements() * std::int64_t(sizeof(T));
-  }
+  if constexpr (std::is_same_v<Space, host_space>) out_bytes = out.slice.elements() * std::int64_t(sizeof(T));
   // Into the target slice, piece `global` (its box in the tensor).
   auto copy = [&](const T* src, const backend::region<Rank>& from, const box<Rank>& global) {
     const auto to = out.region_of(global);
@@ -145,26 +137,43 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
     for (auto* p : pieces) n += p->region.elements();
     return n;
   };
-  // Both sides of a pair decide the same from the plan.
-  auto by_loan = [&](std::int64_t n) { return lends && n * std::int64_t(sizeof(T)) >= lend_bytes; };
-
-  struct settle_on_exit {
-    device& dev;
-    bool lent = false;
-    ~settle_on_exit() {
-      if (lent) dev.settle_loans();
+  auto keep = [&] {
+    for (const auto& p : plan.pieces) {
+      if (p.from == me && p.to == me && !kept_shared) copy(in.data, in.region_of(p.region), p.region);
     }
-  } settle{dev};
+  };
 
-  // Outgoing: a loan, or one message per destination, pieces in plan order.
-  // A single piece that is contiguous in the slice goes without staging.
+  if constexpr (std::is_same_v<Space, host_space>) {
+    if (dev.exchanges()) {
+      keep();
+      if (to_send.empty() && to_receive.empty()) return;
+      std::vector<int> members, readers;
+      std::vector<std::size_t> counts;
+      std::vector<std::pair<int, std::size_t>> senders;
+      for (const auto& p : plan.pieces) {
+        if (p.from == p.to) continue;
+        members.push_back(p.from);
+        members.push_back(p.to);
+      }
+      std::sort(members.begin(), members.end());
+      members.erase(std::unique(members.begin(), members.end()), members.end());
+      for (const auto& [peer, pieces] : to_send) {
+        readers.push_back(peer);
+        counts.push_back(static_cast<std::size_t>(total(pieces)));
+      }
+      for (const auto& [peer, pieces] : to_receive) senders.emplace_back(peer, static_cast<std::size_t>(total(pieces)));
+      dev.exchange_shared<T>(what, members, std::span<const T>(in.data, static_cast<std::size_t>(in.slice.elements())),
+                             readers, counts, senders, [&](int sender, const T* theirs) {
+                               const auto& pieces = to_receive[sender];
+                               const local_slice<const T, Rank> from{theirs, pieces[0]->source};
+                               for (auto* p : pieces) copy(from.data, from.region_of(p->region), p->region);
+                             });
+      return;
+    }
+  }
+  // Outgoing: one message per destination, pieces in plan order. A single
+  // piece that is contiguous in the slice goes without staging.
   for (const auto& [peer, pieces] : to_send) {
-    if (by_loan(total(pieces))) {
-      settle.lent = true;
-      dev.lend_labelled<T>(what, peer, std::span<const T>(in.data, static_cast<std::size_t>(in.slice.elements())),
-                           static_cast<std::size_t>(total(pieces)));
-      continue;
-    }
     if (std::int64_t at = pieces.size() == 1 ? in.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
       dev.send_labelled(what, peer, backend::span_of(s, in.data + at, pieces[0]->region.elements()));
       continue;
@@ -178,23 +187,10 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
     dev.send_labelled(what, peer, backend::span_of(s, static_cast<const T*>(message.data()), message.size()));
   }
 
-  // What this device keeps.
-  for (const auto& p : plan.pieces) {
-    if (p.from == me && p.to == me && !kept_shared) copy(in.data, in.region_of(p.region), p.region);
-  }
+  keep();
 
-  // Incoming, in the senders' order: from the lender's slice, or unstaged
-  // when contiguous, as above.
+  // Incoming, in the senders' order: unstaged when contiguous, as above.
   for (const auto& [peer, pieces] : to_receive) {
-    if (by_loan(total(pieces))) {
-      if constexpr (std::is_same_v<Space, host_space>) {
-        const auto [theirs, hold] = dev.borrow_labelled<T>(
-            what, peer, static_cast<std::size_t>(pieces[0]->source.elements()), static_cast<std::size_t>(total(pieces)));
-        const local_slice<const T, Rank> from{theirs.data(), pieces[0]->source};
-        for (auto* p : pieces) copy(from.data, from.region_of(p->region), p->region);
-      }
-      continue;
-    }
     if (std::int64_t at = pieces.size() == 1 ? out.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
       dev.recv_labelled(what, peer, backend::span_of(s, out.data + at, pieces[0]->region.elements()));
       continue;

@@ -12,7 +12,9 @@
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "typemesh/core/group.hpp"
@@ -74,6 +76,42 @@ concept lending_communicator = communicator<C> && requires(C& c, const void* in,
   c.lend(peer, in, count, type, tag);
   { c.borrow(peer, count, type, tag) } -> std::same_as<borrowed>;
   { c.settle() } noexcept;
+};
+
+// One device's side of a transfer moved through shared memory at once
+// (exchanging_communicator). `identity` and `what` name the transfer (a
+// hash of its description, and the description); `members` lists, in
+// ascending order, every device that sends or receives in it. This device
+// shows `source` to the `readers` (read_counts[i] elements each, for the
+// traffic and for reports) and reads the sources of the `senders`: for
+// each, as soon as it is shown, read(context, sender, its source).
+struct exchange_side {
+  std::uint64_t identity = 0;
+  std::string_view what;
+  std::span<const int> members;
+  const void* source = nullptr;
+  std::size_t source_count = 0;
+  dtype type{};
+  std::span<const int> readers;
+  std::span<const std::size_t> read_counts;
+  std::span<const int> senders;
+  void* context = nullptr;
+  void (*read)(void* context, int sender, const void* source) = nullptr;
+};
+
+// Optional: a communicator whose devices share memory (host threads) moves
+// a transfer's pieces through one exchange instead of a message per pair:
+// each sender shows its source once, each receiver copies its pieces from
+// the senders' sources in the order they are shown, and exchange returns
+// once this device's source is no longer read. Like a loan, a source not
+// read after a short while (its reader is busy elsewhere, has failed or
+// finished) is copied out, so a sender never waits longer than a buffered
+// send would, and no order of devices can deadlock. Devices call the
+// exchanges of a set of members in the same order; one that skipped a
+// transfer meets another's exchange, which is an error naming both.
+template <class C>
+concept exchanging_communicator = communicator<C> && requires(C& c, const exchange_side& side) {
+  c.exchange(side);
 };
 
 // Optional: a communicator that can use a hint hears through expect that

@@ -229,6 +229,41 @@ class device {
   // taken is copied out). Never fails.
   void settle_loans() noexcept { impl_->settle(); }
 
+  // Whether this device's communicator moves a transfer through shared
+  // memory at once (host threads; see exchanging_communicator).
+  bool exchanges() const { return impl_->exchanges(); }
+
+  // One transfer of the operation `what` through shared memory, all its
+  // pairs at once: `members` (ascending) are the devices that send or
+  // receive in it; this device shows `source` to each device of `readers`
+  // (which reads `counts` elements of it) and calls read(sender, its
+  // source) for each of `senders` once that one shows its source, in the
+  // order they do. Returns once `source` is no longer read; it must not
+  // change before. Traffic counts one send and one recv per pair. A device
+  // that skipped a transfer meets another's exchange: an error naming both.
+  // Only where exchanges().
+  template <class T, class Read>
+  void exchange_shared(std::string_view what, std::span<const int> members, std::span<const T> source,
+                       std::span<const int> readers, std::span<const std::size_t> counts,
+                       std::span<const std::pair<int, std::size_t>> senders, Read&& read) {
+    check_type<T>();
+    std::vector<int> from;
+    from.reserve(senders.size());
+    for (auto [sender, n] : senders) {
+      peer("recv from", sender);
+      from.push_back(sender);
+    }
+    for (int reader : readers) peer("send to", reader);
+    exchange_side side{detail::message_label::identity_of(what), what, members, source.data(), source.size(),
+                       dtype_of<T>, readers, counts, from, &read,
+                       [](void* context, int sender, const void* theirs) {
+                         (*static_cast<std::remove_reference_t<Read>*>(context))(sender, static_cast<const T*>(theirs));
+                       }};
+    impl_->exchange(side);
+    for (std::size_t n : counts) count(op_kind::send, n * sizeof(T), 0);
+    for (auto [sender, n] : senders) count(op_kind::recv, 0, n * sizeof(T));
+  }
+
 #if defined(TYPEMESH_CUDA)
   // The same calls on GPU memory (a cuda_mesh tensor's elements). A
   // communicator of host memory (host threads, MPI) gets them staged through
@@ -456,6 +491,8 @@ class device {
     virtual void lend(int, const void*, std::size_t, dtype, int) = 0;
     virtual borrowed borrow(int, std::size_t, dtype, int) = 0;
     virtual void settle() noexcept = 0;
+    virtual bool exchanges() const = 0;
+    virtual void exchange(const exchange_side&) = 0;
   };
 
   template <class C>
@@ -517,6 +554,12 @@ class device {
     }
     void settle() noexcept override {
       if constexpr (lending_communicator<C>) c.settle();
+    }
+    bool exchanges() const override { return exchanging_communicator<C>; }
+    void exchange(const exchange_side& side) override {
+      if constexpr (exchanging_communicator<C>) c.exchange(side);
+      else throw device_error(detail::cat("device ", c.device(), ": its communicator does not share memory; ",
+                                          "exchange_shared is for host threads only"));
     }
     [[noreturn]] void not_lending() const {
       throw device_error(detail::cat("device ", c.device(), ": its communicator does not lend memory; ",

@@ -38,6 +38,7 @@
 #include <cstddef>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -418,6 +419,92 @@ class host_world {
     }
   }
 
+  // The meeting place of one transfer (host_communicator::exchange): each
+  // sender shows its source there once, and each receiver reads the sources
+  // it needs in place. The `serial`-th exchange among the same members is
+  // the same transfer on every device of a program that runs its transfers
+  // in the same order; the first to arrive names it.
+  struct board {
+    explicit board(std::vector<int> m) : members(std::move(m)), sources(members.size()) {}
+    // Changed under m; `published`, `untaken` and `reading` are also
+    // watched without it, so that the waiters do not all take the lock at
+    // each change, where one that finds it taken sleeps.
+    struct shown {
+      std::atomic<bool> published{false};
+      bool detached = false;  // copied out into `owned`: the sender has gone on
+      const std::byte* data = nullptr;
+      std::size_t count = 0;
+      dtype type{};
+      std::vector<int> readers;
+      std::vector<std::size_t> read_counts;
+      std::vector<char> taken;
+      std::atomic<int> untaken{0}, reading{0};
+      std::unique_ptr<std::byte[]> owned;
+    };
+    std::mutex m;
+    watched_condition changed;
+    const std::vector<int> members;
+    std::uint64_t identity = 0;
+    std::string what;  // of the first member to arrive
+    int first = -1;
+    std::vector<shown> sources;  // by member index
+    std::size_t left = 0;        // members that have returned from it
+  };
+
+  // Device `me`'s side of the serial-th exchange among side.members; see
+  // exchanging_communicator. Errors name what this device waited for;
+  // transfer() leads them with the transfer.
+  void exchange(int me, std::uint64_t serial, const exchange_side& side) {
+    const std::vector<int> members(side.members.begin(), side.members.end());
+    std::shared_ptr<board> b;
+    {
+      std::lock_guard lk(registry_mutex_);
+      auto& slot = boards_[{members, serial}];
+      if (!slot) slot = std::make_shared<board>(members);
+      b = slot;
+    }
+    auto index = [&](int device) {
+      return static_cast<std::size_t>(std::lower_bound(members.begin(), members.end(), device) - members.begin());
+    };
+    std::unique_lock lk(b->m);
+    if (b->first < 0) {
+      b->first = me;
+      b->identity = side.identity;
+      b->what = side.what;
+    } else if (b->identity != side.identity) {
+      throw collective_error(detail::cat(
+          "device ", me, " expects its exchange ", serial, " with devices ", detail::list(members), " to belong to ",
+          side.what, ", but device ", b->first, "'s exchange ", serial, " belongs to ", b->what,
+          ": a device skipped a transfer, or the devices ran their transfers in different orders"));
+    }
+    board::shown& mine = b->sources[index(me)];
+    if (!side.readers.empty()) {
+      mine.data = static_cast<const std::byte*>(side.source);
+      mine.count = side.source_count;
+      mine.type = side.type;
+      mine.readers.assign(side.readers.begin(), side.readers.end());
+      mine.read_counts.assign(side.read_counts.begin(), side.read_counts.end());
+      mine.taken.assign(side.readers.size(), 0);
+      mine.untaken = static_cast<int>(side.readers.size());
+      mine.published.store(true, std::memory_order_release);
+      b->changed.notify();
+    }
+    std::exception_ptr failure;
+    try {
+      read_shown(lk, *b, me, side, index);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    if (!side.readers.empty()) settle_shown(lk, *b, mine);
+    if (failure) std::rethrow_exception(failure);
+    const bool last = ++b->left == members.size();
+    lk.unlock();
+    if (last) {
+      std::lock_guard rk(registry_mutex_);
+      boards_.erase({members, serial});
+    }
+  }
+
   // The borrower of a loan is done reading it.
   void finished_reading(loan& l) noexcept {
     std::lock_guard lk(mail_mutex_);
@@ -476,11 +563,144 @@ class host_world {
         else ++more;
       }
     }
+    std::lock_guard rk(registry_mutex_);
+    for (const auto& [key, b] : boards_) {
+      std::lock_guard bk(b->m);
+      for (std::size_t i = 0; i < b->sources.size(); ++i) {
+        const board::shown& s = b->sources[i];
+        for (std::size_t k = 0; s.published && k < s.readers.size(); ++k) {
+          if (s.taken[k]) continue;
+          std::string line = detail::cat("device ", b->members[i], " sent device ", s.readers[k], " ", s.read_counts[k],
+                                         " ", name_of(s.type), " of ", b->what, " (its exchange ", key.second,
+                                         " with devices ", detail::list(b->members), "), which device ", s.readers[k],
+                                         " never received");
+          if (lines.size() < limit) lines.push_back(std::move(line));
+          else ++more;
+        }
+      }
+    }
     if (more) lines.push_back(detail::cat("and ", more, " more"));
     return lines;
   }
 
  private:
+  // Reads every sender's source as soon as it is shown, in that order.
+  template <class Index>
+  void read_shown(std::unique_lock<std::mutex>& lk, board& b, int me, const exchange_side& side, Index index) {
+    std::vector<int> pending(side.senders.begin(), side.senders.end());
+    std::vector<std::pair<int, bool>> now_reading;  // sender, counted as reading
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + timeout_, watch_until = start + watched_condition::watch;
+    while (!pending.empty()) {
+      now_reading.clear();
+      std::erase_if(pending, [&](int sender) {
+        board::shown& s = b.sources[index(sender)];
+        if (!s.published) return false;
+        const auto k = std::find(s.readers.begin(), s.readers.end(), me) - s.readers.begin();
+        if (k == static_cast<std::ptrdiff_t>(s.readers.size()) || s.taken[k]) return false;  // named below
+        s.taken[k] = 1;
+        --s.untaken;
+        if (!s.detached) ++s.reading;
+        now_reading.emplace_back(sender, !s.detached);
+        return true;
+      });
+      if (!now_reading.empty()) {
+        // Read without the lock; each source stays until its reading ends.
+        std::exception_ptr failure;
+        lk.unlock();
+        for (auto [sender, counted] : now_reading) {
+          try {
+            if (!failure) side.read(side.context, sender, b.sources[index(sender)].data);
+          } catch (...) {
+            failure = std::current_exception();
+          }
+        }
+        lk.lock();
+        for (auto [sender, counted] : now_reading) {
+          board::shown& s = b.sources[index(sender)];
+          if (counted && --s.reading == 0) b.changed.notify();
+        }
+        if (failure) std::rethrow_exception(failure);
+        continue;
+      }
+      auto where = [&] {
+        return detail::cat("device ", me, " waits for devices ", detail::list(pending), " to show their sources");
+      };
+      for (int sender : pending) {
+        const board::shown& s = b.sources[index(sender)];
+        if (s.published) {
+          throw collective_error(detail::cat(where(), ", but device ", sender, " shows its source to devices ",
+                                             detail::list(s.readers), " only"));
+        }
+      }
+      if (aborted()) {
+        lk.unlock();
+        throw_aborted(me, where());
+      }
+      for (int sender : pending) {
+        if (finished(sender)) {  // it showed its source, if at all, before it finished (under this lock)
+          throw collective_error(detail::cat(where(), ": device ", sender,
+                                             " has already finished the program without sending it"));
+        }
+      }
+      const auto t = std::chrono::steady_clock::now();
+      if (t >= deadline) throw timeout_error(detail::cat(where(), ": timed out after ", timeout_.count(), " ms"));
+      if (t < watch_until) {
+        lk.unlock();
+        watched_condition::watch_for([&] {
+          return std::any_of(pending.begin(), pending.end(), [&](int sender) {
+            return b.sources[index(sender)].published.load(std::memory_order_acquire);
+          });
+        }, std::min(watch_until, deadline));
+        lk.lock();
+      } else {
+        b.changed.wait(lk, watch_until, std::min(deadline, t + poll_interval));
+      }
+    }
+  }
+
+  // Returns once the source `mine` is no longer read: every reader has
+  // read it, or it is copied out for the readers that have not taken it
+  // within loan_grace (busy elsewhere), have finished or the run is failing.
+  // Reading waits for nothing, so a reader being read for is waited for.
+  void settle_shown(std::unique_lock<std::mutex>& lk, board& b, board::shown& mine) noexcept {
+    const auto start = std::chrono::steady_clock::now();
+    const auto grace = start + loan_grace, watch_until = start + watched_condition::watch;
+    for (;;) {
+      if (mine.reading == 0 && mine.untaken == 0) return;
+      if (mine.reading == 0) {
+        bool gone = aborted() || std::chrono::steady_clock::now() >= grace;
+        for (std::size_t k = 0; k < mine.readers.size() && !gone; ++k)
+          gone = !mine.taken[k] && finished(mine.readers[k]);
+        if (gone) {
+          const std::size_t bytes = mine.count * size_of(mine.type);
+          mine.owned.reset(new (std::nothrow) std::byte[std::max<std::size_t>(bytes, 1)]);
+          if (mine.owned) {
+            if (bytes) std::memcpy(mine.owned.get(), mine.data, bytes);
+            mine.data = mine.owned.get();
+            mine.detached = true;
+          } else {
+            mine.published = false;  // its readers fail as if it had never been shown
+            mine.data = nullptr;
+          }
+          b.changed.notify();
+          return;
+        }
+      }
+      const auto t = std::chrono::steady_clock::now();
+      if (t < watch_until) {
+        lk.unlock();
+        watched_condition::watch_for([&] { return mine.reading.load() == 0 && mine.untaken.load() == 0; },
+                                     mine.reading.load() > 0 ? watch_until : std::min(watch_until, grace));
+        lk.lock();
+      } else if (mine.reading > 0) {
+        b.changed.wait(lk, watch_until);
+      } else {
+        b.changed.wait(lk, watch_until, std::min(grace, t + poll_interval));
+      }
+    }
+  }
+
   // Copies an untaken loan out (the lender is about to change or free its
   // memory). Without memory for the copy, it is taken back from the mailbox
   // instead: its receiver then fails as if it had never been sent.
@@ -516,8 +736,10 @@ class host_world {
   mutable std::mutex abort_mutex_;
   std::string abort_reason_;
 
-  std::mutex registry_mutex_;
+  mutable std::mutex registry_mutex_;
   std::map<std::vector<int>, std::unique_ptr<rendezvous>> groups_;
+  // Exchanges some member is still in, or whose sources some reader never took.
+  std::map<std::pair<std::vector<int>, std::uint64_t>, std::shared_ptr<board>> boards_;
 
   std::vector<std::atomic<bool>> finished_;
 
@@ -648,6 +870,13 @@ class host_communicator {
   // Returns once none of this device's loans is read any more.
   void settle() noexcept { world_->settle(device_, lent_); }
 
+  // A transfer's pairs at once, through shared memory; see
+  // exchanging_communicator.
+  void exchange(const exchange_side& side) {
+    const std::uint64_t serial = exchanges_[std::vector<int>(side.members.begin(), side.members.end())]++;
+    world_->exchange(device_, serial, side);
+  }
+
   void barrier(const group& g) { session s(*this, g, {op_kind::barrier, 0, dtype::u8, {}, 0, nullptr, nullptr}, true); }
 
  private:
@@ -740,9 +969,11 @@ class host_communicator {
   host_world* world_;
   int device_;
   std::vector<std::shared_ptr<host_world::loan>> lent_;  // not yet settled
+  std::map<std::vector<int>, std::uint64_t> exchanges_;   // made so far, per set of members
 };
 
 static_assert(communicator<host_communicator>);
 static_assert(lending_communicator<host_communicator>);
+static_assert(exchanging_communicator<host_communicator>);
 
 }  // namespace typemesh
