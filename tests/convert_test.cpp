@@ -495,7 +495,7 @@ typemesh::host_tensor<float, S3> counting(const S3& s, float from) {
 
 // A target device skips a replace_mesh: its next replace_mesh must not take
 // the skipped one's message (it used to, silently, with the wrong values).
-// On host threads every transfer is one exchange; a small and a larger one.
+// As messages (small) and as one exchange (16 KiB or more a pair, host threads).
 const S3 small_and_lent[] = {S3{4, 2, 2}, S3{64, 32, 32}};
 
 TEST(Identity, ASkippedReplaceMeshIsNamedNotTakenByTheNext) {
@@ -611,11 +611,11 @@ TEST(Identity, RepeatedTransfersKeepTheirOrder) {
 // has copied out what a late receiver has not taken yet.
 TEST(InPlace, ASourceChangedRightAfterTheCallLeavesTheResult) {
   using namespace std::chrono_literals;
-  const auto h = counting(S3{64, 64, 32}, 0);  // 128 KiB between each pair
+  const auto h = counting(S3{64, 64, 32}, 0);  // 128 KiB between each pair: exchanged
   for (auto late : {0ms, 150ms}) {
     SCOPED_TRACE(testing::Message() << "receivers start " << late.count() << " ms late");
     launch({.devices = 4, .backend = host}, [&](device& dev) {
-      EXPECT_TRUE(dev.lends());
+      EXPECT_TRUE(dev.exchanges());
       M1 from({2}, {0, 1});
       M2 to({2}, {2, 3});
       auto x = typemesh::import_tensor<layout<d0(a0)>>(from, h);
@@ -657,7 +657,7 @@ TEST(InPlace, LargeTargetsKeepTheirValues) {
 // Many transfers back to back between the same devices, both ways and within
 // a mesh, each with new values: every one takes its own call's data.
 TEST(InPlace, ManyTransfersBackToBackBetweenTheSameDevices) {
-  const S3 s{64, 32, 16};  // 32 KiB between each pair of the replace_meshes, 8 KiB in the relayout
+  const S3 s{64, 32, 16};  // 32 KiB between each pair of the replace_meshes (exchanged), 8 KiB in the relayout (sent)
   launch({.devices = 4, .backend = host}, [&](device& dev) {
     M1 from({2}, {0, 1});
     M2 to({2}, {2, 3});
@@ -684,7 +684,7 @@ TEST(InPlace, ManyTransfersBackToBackBetweenTheSameDevices) {
 // A receiver that first waits for something the sender does only after the
 // transfer: the sender must not wait for it (a buffered send would not).
 TEST(InPlace, AReceiverBusyElsewhereDoesNotHoldTheSender) {
-  const auto h = counting(S3{64, 32, 16}, 0);  // 128 KiB
+  const auto h = counting(S3{64, 32, 16}, 0);  // 128 KiB: exchanged
   const auto start = std::chrono::steady_clock::now();
   launch({.devices = 2, .timeout = std::chrono::seconds(20), .backend = host}, [&](device& dev) {
     M1 from({1}, {0});

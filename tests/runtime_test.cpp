@@ -641,71 +641,101 @@ TEST(Messages, ALabelledMessageIsNeverTakenByAnotherOperation) {
       {"device 0 sent device 1 5 f64 of the only op (its labelled message 0 to device 1)", "never received"});
 }
 
-// On host threads a labelled message may be lent instead of copied: the
-// receiver reads the lender's memory in place, and the lender's settle_loans
-// returns only once nobody reads it, so it may change it right after.
-TEST(Messages, ALentBufferIsReadInPlaceUntilItsReaderIsDone) {
+// On host threads a transfer's pairs move through one exchange: each sender
+// shows its source once, each receiver reads the senders' sources in place,
+// in the order they are shown, and a sender returns only once nobody reads
+// its source, so it may change it right after.
+TEST(Exchanges, ASourceIsReadInPlaceUntilItsReadersAreDone) {
   using namespace std::chrono_literals;
-  for (auto late : {0ms, 150ms}) {  // 150 ms: the lender copies it out first
+  const std::vector<int> members{0, 1, 2};
+  for (auto late : {0ms, 150ms}) {  // 150 ms: the senders copy their sources out first
     SCOPED_TRACE(testing::Message() << "the receiver starts " << late.count() << " ms late");
-    auto got = launch(2, [&](device& dev) {
-      EXPECT_TRUE(dev.lends());
-      std::vector<float> mine{1, 2, 3, 4};
-      if (dev.id() == 0) {
-        dev.lend_labelled<float>("the op", 1, mine, 4);
-        dev.settle_loans();
-        std::fill(mine.begin(), mine.end(), -1.0f);
-        return std::vector<float>{};
+    auto got = launch(3, [&](device& dev) {
+      EXPECT_TRUE(dev.exchanges());
+      std::vector<float> mine{float(dev.id()), float(dev.id()) + 10, 99};
+      std::vector<float> from(4);
+      if (dev.id() == 2) {  // reads two of each sender's three
+        std::this_thread::sleep_for(late);
+        const std::pair<int, std::size_t> senders[]{{0, 2}, {1, 2}};
+        dev.exchange_shared<float>("the op", members, {}, {}, {}, senders, [&](int sender, const float* theirs) {
+          std::this_thread::sleep_for(20ms);  // the senders wait meanwhile
+          from[2 * sender] = theirs[0];
+          from[2 * sender + 1] = theirs[1];
+        });
+        EXPECT_EQ(dev.traffic().bytes_received(), 2 * 2 * sizeof(float));
+        return from;
       }
-      std::this_thread::sleep_for(late);
-      auto [data, hold] = dev.borrow_labelled<float>("the op", 0, 4, 4);
-      std::this_thread::sleep_for(20ms);  // the lender is in settle_loans meanwhile
-      return std::vector<float>(data.begin(), data.end());
+      const int readers[]{2};
+      const std::size_t counts[]{2};
+      dev.exchange_shared<float>("the op", members, std::span<const float>(mine), readers, counts, {},
+                                 [](int, const float*) { ADD_FAILURE() << "a sender reads nothing"; });
+      std::fill(mine.begin(), mine.end(), -1.0f);
+      EXPECT_EQ(dev.traffic().bytes_sent(), 2 * sizeof(float));
+      return std::vector<float>{};
     });
-    EXPECT_EQ(got[1], (std::vector<float>{1, 2, 3, 4}));
+    EXPECT_EQ(got[2], (std::vector<float>{0, 10, 1, 11}));
   }
+}
 
-  // The label is checked as for a sent message.
+// A device that skipped a transfer meets the next one's exchange: an error
+// naming both, whichever device comes first.
+TEST(Exchanges, ASkippedExchangeIsNamedNotTakenByTheNext) {
+  const std::vector<int> members{0, 1};
   expect_error<typemesh::collective_error>(
-      [] {
-        launch(2, [](device& dev) {
-          std::vector<float> a{1, 2};
+      [&] {
+        launch(2, [&](device& dev) {
+          std::vector<float> a{1, 2}, in(2);
+          const int readers[]{1};
+          const std::size_t counts[]{2};
+          const std::pair<int, std::size_t> senders[]{{0, 2}};
+          auto read = [&](int, const float* theirs) { std::copy(theirs, theirs + 2, in.begin()); };
           if (dev.id() == 0) {
-            dev.lend_labelled<float>("first op", 1, a, 2);
-            dev.settle_loans();
+            dev.exchange_shared<float>("first op", members, std::span<const float>(a), readers, counts, {}, read);
+            dev.exchange_shared<float>("second op", members, std::span<const float>(a), readers, counts, {}, read);
           } else {
-            (void)dev.borrow_labelled<float>("second op", 0, 2, 2);
+            dev.exchange_shared<float>("second op", members, {}, {}, {}, senders, read);
           }
         });
       },
-      {"device 1 expects its labelled message 0 from device 0 to belong to second op",
-       "device 0's message 0 belongs to first op", "skipped a transfer"});
-  // So are the sizes.
+      {"exchange 0 with devices [0 1] to belong to", "first op", "second op", "skipped a transfer"});
+}
+
+// A source nobody reads is copied out and reported at the end like a message;
+// a sender that never comes fails its receiver at once, or after the timeout.
+TEST(Exchanges, MissingReadersAndSendersAreNamed) {
+  using namespace std::chrono_literals;
+  const std::vector<int> members{0, 1};
+  const int readers[]{1};
+  const std::size_t counts[]{5};
+  const std::pair<int, std::size_t> senders[]{{0, 5}};
   expect_error<typemesh::collective_error>(
-      [] {
-        launch(2, [](device& dev) {
-          std::vector<float> a{1, 2};
-          if (dev.id() == 0) {
-            dev.lend_labelled<float>("the op", 1, a, 2);
-            dev.settle_loans();
-          } else {
-            (void)dev.borrow_labelled<float>("the op", 0, 3, 2);
-          }
-        });
-      },
-      {"device 1 expects 3 f32 from device 0", "the message holds 2 f32"});
-  // A loan nobody takes is copied out and reported at the end like a message.
-  expect_error<typemesh::collective_error>(
-      [] {
-        launch(2, [](device& dev) {
+      [&] {
+        launch(2, [&](device& dev) {
           std::vector<double> a(5);
           if (dev.id() == 0) {
-            dev.lend_labelled<double>("the only op", 1, a, 5);
-            dev.settle_loans();
+            dev.exchange_shared<double>("the only op", members, std::span<const double>(a), readers, counts, {},
+                                        [](int, const double*) {});
           }
         });
       },
-      {"device 0 sent device 1 5 f64 of the only op (its labelled message 0 to device 1)", "never received"});
+      {"device 0 sent device 1 5 f64 of the only op (its exchange 0 with devices [0 1])", "never received"});
+  const auto start = std::chrono::steady_clock::now();
+  expect_error<typemesh::collective_error>(
+      [&] {
+        launch(2, [&](device& dev) {
+          if (dev.id() == 1) dev.exchange_shared<double>("the op", members, {}, {}, {}, senders, [](int, const double*) {});
+        });
+      },
+      {"device 1 waits for devices [0] to show their sources", "device 0 has already finished"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  expect_error<typemesh::timeout_error>(
+      [&] {
+        launch({.devices = 2, .timeout = 150ms}, [&](device& dev) {
+          if (dev.id() == 1) dev.exchange_shared<double>("the op", members, {}, {}, {}, senders, [](int, const double*) {});
+          else std::this_thread::sleep_for(400ms);  // still running, never shows its source
+        });
+      },
+      {"device 1 waits for devices [0] to show their sources", "timed out after 150 ms"});
 }
 
 // --- Launch cleans up when a thread cannot start ----------------------------------

@@ -2,10 +2,10 @@
 // exchanges through shared memory) every sender shows its source slice once
 // and each receiver copies its pieces straight from the senders' slices into
 // its target slice, all pairs of the transfer in one exchange; otherwise
-// (MPI, NCCL, GPU memory) each device packs what it sends to each peer into
-// one message, copies what it keeps, and unpacks what it receives. Neither
-// waits on a receiver for longer than a buffered send would, so no order of
-// devices can deadlock.
+// (small transfers, MPI, NCCL, GPU memory) each device packs what it sends
+// to each peer into one message, copies what it keeps, and unpacks what it
+// receives. Neither waits on a receiver for longer than a buffered send
+// would, so no order of devices can deadlock.
 //
 // Every message is labelled with the transfer's description (the operation,
 // both meshes, the dims and both layouts) and its place in the stream between
@@ -83,6 +83,29 @@ std::int64_t kept_in_place(const transfer_plan<Rank>& plan, int me, const local_
   return in.contiguous_offset(kept->region);
 }
 
+// A transfer none of whose pairs moves this many bytes sends messages even
+// on host threads: a buffered send lets the sender go on at once (a
+// pipeline's first stage runs ahead of its second), where an exchange makes
+// it wait for its readers, which costs more than copying a few KiB twice.
+// With every small transfer exchanged, 8 devices training the RNNLM lost
+// 3% of their samples a second (docs/performance.md, "One exchange per
+// transfer").
+inline constexpr std::int64_t exchange_bytes = std::int64_t(16) << 10;
+
+// Whether some pair of devices moves exchange_bytes or more in `plan`: the
+// same answer on every device.
+template <std::size_t Rank>
+bool has_large_pair(const transfer_plan<Rank>& plan, std::size_t element_bytes) {
+  std::map<std::pair<int, int>, std::int64_t> bytes;
+  for (const auto& p : plan.pieces) {
+    if (p.from == p.to) continue;
+    auto& b = bytes[{p.from, p.to}];
+    b += p.region.elements() * static_cast<std::int64_t>(element_bytes);
+    if (b >= exchange_bytes) return true;
+  }
+  return false;
+}
+
 // From this many bytes a host target slice is on 2 MiB pages and written
 // with non-temporal stores; from half of it, its contiguous pieces only
 // (run_transfer).
@@ -93,7 +116,8 @@ inline constexpr auto stream_bytes = static_cast<std::int64_t>(backend::host_lar
 // space, element type and rank. With `kept_shared` the target shares the
 // source's elements (kept_in_place), so this device only sends.
 //
-// On host threads (dev.exchanges()), the whole transfer is one exchange
+// On host threads (dev.exchanges()), where some pair moves exchange_bytes or
+// more, the whole transfer is one exchange
 // (exchanging_communicator): this device shows its whole source slice to the
 // peers it sends to, and copies its pieces from each sender's slice as soon
 // as that one shows it, straight into its target slice: every element moves
@@ -107,8 +131,8 @@ inline constexpr auto stream_bytes = static_cast<std::int64_t>(backend::host_lar
 // stream_bytes a slice has 4 KiB pages (backend/storage.hpp), and only
 // pieces that land in one contiguous run stream: scattered rows of
 // non-temporal stores a page apart ran at a third of memcpy's speed there.
-// On other communicators each device packs the pieces it sends to a peer
-// into one message and unpacks what it receives.
+// Otherwise each device packs the pieces it sends to a peer into one
+// message and unpacks what it receives.
 template <class Space, class T, std::size_t Rank>
 void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& plan, local_slice<const T, Rank> in,
                   local_slice<T, Rank> out, bool kept_shared = false) {
@@ -144,9 +168,8 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
   };
 
   if constexpr (std::is_same_v<Space, host_space>) {
-    if (dev.exchanges()) {
-      keep();
-      if (to_send.empty() && to_receive.empty()) return;
+    if (dev.exchanges() && has_large_pair(plan, sizeof(T))) {
+      if (to_send.empty() && to_receive.empty()) return keep();
       std::vector<int> members, readers;
       std::vector<std::size_t> counts;
       std::vector<std::pair<int, std::size_t>> senders;
@@ -167,7 +190,7 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
                                const auto& pieces = to_receive[sender];
                                const local_slice<const T, Rank> from{theirs, pieces[0]->source};
                                for (auto* p : pieces) copy(from.data, from.region_of(p->region), p->region);
-                             });
+                             }, keep);
       return;
     }
   }

@@ -51,40 +51,15 @@ concept communicator = requires(C& c, const group& g, const void* in, void* out,
   c.barrier(g);
 };
 
-// A buffer another device lent (or the bytes of a message it sent): valid
-// while `hold` or a copy of it lives; letting the last go gives it back.
-struct borrowed {
-  const void* data = nullptr;
-  std::size_t count = 0;
-  dtype type{};
-  std::shared_ptr<const void> hold;
-};
-
-// Optional: a communicator whose devices share memory (host threads) lends
-// a buffer instead of copying it into a message. lend posts the loan in the
-// place of a send (same peer, tag and order); the receiver's borrow takes it
-// as it would take a message and reads the lender's memory directly. settle
-// returns once no loan of this device is read any more: it waits for its
-// borrowers, and a loan not taken after a short while (its borrower is busy
-// elsewhere, has failed or finished) is copied out into a message, so lending
-// never blocks the lender for longer than a buffered send would, and never
-// deadlocks. Between lend and settle the buffer must not change. Others
-// (MPI, NCCL) keep send and recv.
-template <class C>
-concept lending_communicator = communicator<C> && requires(C& c, const void* in, std::size_t count, dtype type,
-                                                           int peer, int tag) {
-  c.lend(peer, in, count, type, tag);
-  { c.borrow(peer, count, type, tag) } -> std::same_as<borrowed>;
-  { c.settle() } noexcept;
-};
-
 // One device's side of a transfer moved through shared memory at once
 // (exchanging_communicator). `identity` and `what` name the transfer (a
 // hash of its description, and the description); `members` lists, in
 // ascending order, every device that sends or receives in it. This device
 // shows `source` to the `readers` (read_counts[i] elements each, for the
 // traffic and for reports) and reads the sources of the `senders`: for
-// each, as soon as it is shown, read(context, sender, its source).
+// each, as soon as it is shown, read(context, sender, its source). In
+// between, once its own source is shown, it runs meanwhile(context) (its
+// local copies), so that its readers need not wait for them.
 struct exchange_side {
   std::uint64_t identity = 0;
   std::string_view what;
@@ -97,14 +72,15 @@ struct exchange_side {
   std::span<const int> senders;
   void* context = nullptr;
   void (*read)(void* context, int sender, const void* source) = nullptr;
+  void (*meanwhile)(void* context) = nullptr;
 };
 
 // Optional: a communicator whose devices share memory (host threads) moves
 // a transfer's pieces through one exchange instead of a message per pair:
 // each sender shows its source once, each receiver copies its pieces from
 // the senders' sources in the order they are shown, and exchange returns
-// once this device's source is no longer read. Like a loan, a source not
-// read after a short while (its reader is busy elsewhere, has failed or
+// once this device's source is no longer read. A source not read after a
+// short while (its reader is busy elsewhere, has failed or
 // finished) is copied out, so a sender never waits longer than a buffered
 // send would, and no order of devices can deadlock. Devices call the
 // exchanges of a set of members in the same order; one that skipped a

@@ -195,40 +195,6 @@ class device {
     recv_labelled_in(host_space{}, what, from, data.data(), data.size());
   }
 
-  // Whether this device's communicator lends host memory in the place of a
-  // labelled message (host threads; see lending_communicator). Then a
-  // transfer's receivers read its pieces straight from the sender's slice.
-  bool lends() const { return impl_->lends(); }
-
-  // Host memory read elsewhere as it is, in the place of a labelled message:
-  // lend_labelled lends `data` as the message of the operation `what` to
-  // device `to`, which reads `moved` elements of it (what the traffic counts
-  // and the label says); borrow_labelled takes it, with the same checks as
-  // recv_labelled, and gives it back when the result and its copies go.
-  // `data` must not change until settle_loans, which every lend needs.
-  // Only where lends().
-  template <class T>
-  void lend_labelled(std::string_view what, int to, std::span<const T> data, std::size_t moved) {
-    check_type<T>();
-    peer("send to", to);
-    send_label(what, to, moved, dtype_of<T>);
-    count(op_kind::send, moved * sizeof(T), 0);
-    impl_->lend(to, data.data(), data.size(), dtype_of<T>, detail::labelled_tag);
-  }
-  template <class T>
-  std::pair<std::span<const T>, std::shared_ptr<const void>> borrow_labelled(std::string_view what, int from,
-                                                                            std::size_t size, std::size_t moved) {
-    check_type<T>();
-    peer("recv from", from);
-    receive_label<T>(what, from, moved);
-    count(op_kind::recv, 0, moved * sizeof(T));
-    borrowed b = impl_->borrow(from, size, dtype_of<T>, detail::labelled_tag);
-    return {std::span<const T>(static_cast<const T*>(b.data), b.count), std::move(b.hold)};
-  }
-  // Returns once nothing this device lent is read any more (a loan not yet
-  // taken is copied out). Never fails.
-  void settle_loans() noexcept { impl_->settle(); }
-
   // Whether this device's communicator moves a transfer through shared
   // memory at once (host threads; see exchanging_communicator).
   bool exchanges() const { return impl_->exchanges(); }
@@ -238,14 +204,16 @@ class device {
   // receive in it; this device shows `source` to each device of `readers`
   // (which reads `counts` elements of it) and calls read(sender, its
   // source) for each of `senders` once that one shows its source, in the
-  // order they do. Returns once `source` is no longer read; it must not
+  // order they do; before those, once its own source is shown, it calls
+  // meanwhile() (what it keeps). Returns once `source` is no longer read; it must not
   // change before. Traffic counts one send and one recv per pair. A device
   // that skipped a transfer meets another's exchange: an error naming both.
   // Only where exchanges().
-  template <class T, class Read>
+  template <class T, class Read, class Meanwhile = void (*)()>
   void exchange_shared(std::string_view what, std::span<const int> members, std::span<const T> source,
                        std::span<const int> readers, std::span<const std::size_t> counts,
-                       std::span<const std::pair<int, std::size_t>> senders, Read&& read) {
+                       std::span<const std::pair<int, std::size_t>> senders, Read&& read,
+                       Meanwhile&& meanwhile = [] {}) {
     check_type<T>();
     std::vector<int> from;
     from.reserve(senders.size());
@@ -254,11 +222,16 @@ class device {
       from.push_back(sender);
     }
     for (int reader : readers) peer("send to", reader);
+    struct calls {
+      Read& read;
+      Meanwhile& meanwhile;
+    } both{read, meanwhile};
     exchange_side side{detail::message_label::identity_of(what), what, members, source.data(), source.size(),
-                       dtype_of<T>, readers, counts, from, &read,
+                       dtype_of<T>, readers, counts, from, &both,
                        [](void* context, int sender, const void* theirs) {
-                         (*static_cast<std::remove_reference_t<Read>*>(context))(sender, static_cast<const T*>(theirs));
-                       }};
+                         static_cast<calls*>(context)->read(sender, static_cast<const T*>(theirs));
+                       },
+                       [](void* context) { static_cast<calls*>(context)->meanwhile(); }};
     impl_->exchange(side);
     for (std::size_t n : counts) count(op_kind::send, n * sizeof(T), 0);
     for (auto [sender, n] : senders) count(op_kind::recv, 0, n * sizeof(T));
@@ -487,10 +460,6 @@ class device {
     virtual void send_with_label(int, const void*, std::size_t, const void*, std::size_t) = 0;
     virtual std::size_t recv_with_label(int, void*, std::size_t, void*, std::size_t) = 0;
     virtual void barrier(const group&) = 0;
-    virtual bool lends() const = 0;
-    virtual void lend(int, const void*, std::size_t, dtype, int) = 0;
-    virtual borrowed borrow(int, std::size_t, dtype, int) = 0;
-    virtual void settle() noexcept = 0;
     virtual bool exchanges() const = 0;
     virtual void exchange(const exchange_side&) = 0;
   };
@@ -543,27 +512,11 @@ class device {
       throw device_error(detail::cat("device ", c.device(), ": its communicator sends labels apart from their data"));
     }
     void barrier(const group& g) override { c.barrier(g); }
-    bool lends() const override { return lending_communicator<C>; }
-    void lend(int to, const void* in, std::size_t n, dtype t, int tag) override {
-      if constexpr (lending_communicator<C>) c.lend(to, in, n, t, tag);
-      else not_lending();
-    }
-    borrowed borrow(int from, std::size_t n, dtype t, int tag) override {
-      if constexpr (lending_communicator<C>) return c.borrow(from, n, t, tag);
-      else not_lending();
-    }
-    void settle() noexcept override {
-      if constexpr (lending_communicator<C>) c.settle();
-    }
     bool exchanges() const override { return exchanging_communicator<C>; }
     void exchange(const exchange_side& side) override {
       if constexpr (exchanging_communicator<C>) c.exchange(side);
-      else throw device_error(detail::cat("device ", c.device(), ": its communicator does not share memory; ",
-                                          "exchange_shared is for host threads only"));
-    }
-    [[noreturn]] void not_lending() const {
-      throw device_error(detail::cat("device ", c.device(), ": its communicator does not lend memory; ",
-                                     "send and recv instead"));
+      else throw device_error(detail::cat("device ", c.device(), ": its communicator does not share memory ",
+                                          "(exchange_shared is for host threads); send and recv instead"));
     }
     C c;
   };

@@ -8,10 +8,10 @@
 // wake-ups of a meeting cost more than copying a few KiB.
 //
 // Point-to-point messages are buffered in a mailbox per (sender, receiver,
-// tag). A device may also lend a buffer in the place of a message (a
-// transfer's source slice): the receiver reads the lender's memory, and the
-// lender's settle returns once that is done, or copies the buffer out into
-// the message when its receiver does not take it soon.
+// tag). A transfer moves through one exchange instead (host_world::board):
+// each sender shows its source slice once, its receivers read it in place,
+// and the sender returns once that is done, or copies its source out when a
+// receiver does not take it soon.
 //
 // A device that waits watches for the change it waits for, yielding its core,
 // before it sleeps (watched_condition, below): with more device threads than cores,
@@ -110,8 +110,7 @@ class watched_condition {
     if (until == clock::time_point::max()) cv_.wait(lk);
     else cv_.wait_until(lk, until);
   }
-  // Sleeps until pred() holds, without watching: the error paths, and a
-  // loan being copied out, which is ready once that copy is.
+  // Sleeps until pred() holds, without watching: the error paths.
   template <class Pred>
   void wait_until_true(std::unique_lock<std::mutex>& lk, Pred pred) {
     cv_.wait(lk, pred);
@@ -350,30 +349,12 @@ class host_world {
   }
 
  public:
-  // A buffer lent in the place of a message: the receiver reads the
-  // lender's memory, or, once the lender has detached it, a copy.
-  struct loan {
-    enum class state {
-      lent,       // in the mailbox, untaken
-      reading,    // taken: the borrower reads the lender's memory
-      returned,   // read
-      detaching,  // the lender copies it out
-      detached,   // the borrower reads `owned`
-    };
-    state now = state::lent;
-    const std::byte* data = nullptr;  // the lender's memory, or owned's once detached
-    std::size_t size = 0;
-    std::unique_ptr<std::byte[]> owned;
-    int from = 0, to = 0, tag = 0;  // the lender, the borrower
-  };
-
   // Point-to-point messages, buffered at the receiver.
   struct message {
     dtype type{};
     std::size_t count = 0;
     std::unique_ptr<std::byte[]> bytes;  // uninitialised until the copy in
     std::size_t size = 0;
-    std::shared_ptr<loan> lent;  // instead of bytes: a loan
   };
 
   void post(int from, int to, int tag, message msg) {
@@ -382,8 +363,7 @@ class host_world {
     woken_[to].notify();
   }
 
-  // The next message from `from`. A loan comes out being read (see loan):
-  // the taker calls finished_reading once it is done with it.
+  // The next message from `from`.
   message take(int from, int to, int tag) {
     std::unique_lock lk(mail_mutex_);
     const auto start = std::chrono::steady_clock::now();
@@ -395,12 +375,6 @@ class host_world {
       if (it != mail_.end() && !it->second.empty()) {
         message msg = std::move(it->second.front());
         it->second.pop_front();
-        if (msg.lent) {
-          // A loan being copied out is ready after that copy, which waits for nothing.
-          woken_[to].wait_until_true(lk, [&] { return msg.lent->now != loan::state::detaching; });
-          if (msg.lent->now == loan::state::returned) continue;  // taken back: as if never sent
-          if (msg.lent->now == loan::state::lent) msg.lent->now = loan::state::reading;
-        }
         return msg;
       }
       if (aborted()) {
@@ -491,6 +465,11 @@ class host_world {
     }
     std::exception_ptr failure;
     try {
+      if (side.meanwhile) {
+        lk.unlock();
+        side.meanwhile(side.context);
+        lk.lock();
+      }
       read_shown(lk, *b, me, side, index);
     } catch (...) {
       failure = std::current_exception();
@@ -503,39 +482,6 @@ class host_world {
       std::lock_guard rk(registry_mutex_);
       boards_.erase({members, serial});
     }
-  }
-
-  // The borrower of a loan is done reading it.
-  void finished_reading(loan& l) noexcept {
-    std::lock_guard lk(mail_mutex_);
-    if (l.now != loan::state::reading) return;  // detached: the lender has gone on
-    l.now = loan::state::returned;
-    woken_[l.from].notify();
-  }
-
-  // Returns once device `from` may change or free the memory of its loans:
-  // each is read, or copied out into its message. A loan is copied out when
-  // its borrower has not taken it within loan_grace (it is busy elsewhere),
-  // has finished the program or the run is failing; one being read is
-  // waited for, since reading waits for nothing.
-  void settle(int from, std::vector<std::shared_ptr<loan>>& loans) noexcept {
-    if (loans.empty()) return;
-    std::unique_lock lk(mail_mutex_);
-    const auto start = std::chrono::steady_clock::now();
-    const auto deadline = start + loan_grace, watch_until = start + watched_condition::watch;
-    for (auto& l : loans) {
-      for (;;) {
-        if (l->now == loan::state::returned || l->now == loan::state::detached) break;
-        if (l->now == loan::state::lent &&
-            (aborted() || finished(l->to) || std::chrono::steady_clock::now() >= deadline)) {
-          detach(lk, from, *l);
-          break;
-        }
-        if (l->now == loan::state::reading) woken_[from].wait(lk, watch_until);
-        else woken_[from].wait(lk, watch_until, std::min(deadline, std::chrono::steady_clock::now() + poll_interval));
-      }
-    }
-    loans.clear();
   }
 
   // The messages nobody received, one line each (at most `limit`), once
@@ -661,11 +607,11 @@ class host_world {
 
   // Returns once the source `mine` is no longer read: every reader has
   // read it, or it is copied out for the readers that have not taken it
-  // within loan_grace (busy elsewhere), have finished or the run is failing.
+  // within source_grace (busy elsewhere), have finished or the run is failing.
   // Reading waits for nothing, so a reader being read for is waited for.
   void settle_shown(std::unique_lock<std::mutex>& lk, board& b, board::shown& mine) noexcept {
     const auto start = std::chrono::steady_clock::now();
-    const auto grace = start + loan_grace, watch_until = start + watched_condition::watch;
+    const auto grace = start + source_grace, watch_until = start + watched_condition::watch;
     for (;;) {
       if (mine.reading == 0 && mine.untaken == 0) return;
       if (mine.reading == 0) {
@@ -701,33 +647,11 @@ class host_world {
     }
   }
 
-  // Copies an untaken loan out (the lender is about to change or free its
-  // memory). Without memory for the copy, it is taken back from the mailbox
-  // instead: its receiver then fails as if it had never been sent.
-  void detach(std::unique_lock<std::mutex>& lk, int from, loan& l) noexcept {
-    l.now = loan::state::detaching;
-    lk.unlock();
-    std::unique_ptr<std::byte[]> copy(new (std::nothrow) std::byte[std::max<std::size_t>(l.size, 1)]);
-    if (copy && l.size) std::memcpy(copy.get(), l.data, l.size);
-    lk.lock();
-    if (copy) {
-      l.owned = std::move(copy);
-      l.data = l.owned.get();
-      l.now = loan::state::detached;
-    } else {
-      auto& queue = mail_[{from, l.to, l.tag}];
-      std::erase_if(queue, [&](const message& m) { return m.lent.get() == &l; });
-      l.data = nullptr;
-      l.now = loan::state::returned;  // a taker waiting for the copy skips it
-    }
-    woken_[l.to].notify();
-  }
-
   static constexpr std::chrono::milliseconds poll_interval{20};
-  // How long a lender waits for a borrower to take its loan before copying
-  // it out: ample for devices running the same program, short enough that a
-  // program whose receiver is busy elsewhere loses little.
-  static constexpr std::chrono::milliseconds loan_grace{50};
+  // How long a sender waits for a receiver to take its source before
+  // copying it out: ample for devices running the same program, short
+  // enough that a program whose receiver is busy elsewhere loses little.
+  static constexpr std::chrono::milliseconds source_grace{50};
 
   int size_;
   std::chrono::milliseconds timeout_;
@@ -743,11 +667,10 @@ class host_world {
 
   std::vector<std::atomic<bool>> finished_;
 
-  // Every message and loan is under mail_mutex_. A device waits for its
-  // mail and for its loans on its own condition variable, so that a post or
-  // a loan's change wakes only the device it concerns: with 8 devices on 2
-  // cores, waking every waiting device for each message cost more context
-  // switches than the copies took.
+  // Every message is under mail_mutex_. A device waits for its mail on its
+  // own condition variable, so that a post wakes only the device it
+  // concerns: with 8 devices on 2 cores, waking every waiting device for
+  // each message cost more context switches than the copies took.
   mutable std::mutex mail_mutex_;
   std::unique_ptr<watched_condition[]> woken_;
   std::map<std::tuple<int, int, int>, std::deque<message>> mail_;
@@ -824,51 +747,20 @@ class host_communicator {
   }
 
   void send(int to, const void* in, std::size_t n, dtype t, int tag) {
-    host_world::message msg{t, n, std::make_unique_for_overwrite<std::byte[]>(n * size_of(t)), n * size_of(t), nullptr};
+    host_world::message msg{t, n, std::make_unique_for_overwrite<std::byte[]>(n * size_of(t)), n * size_of(t)};
     if (msg.size) std::memcpy(msg.bytes.get(), in, msg.size);
     world_->post(device_, to, tag, std::move(msg));
   }
 
   void recv(int from, void* out, std::size_t n, dtype t, int tag) {
-    borrowed b = borrow(from, n, t, tag);
-    if (n) std::memcpy(out, b.data, n * size_of(t));
-  }
-
-  // Lends [in, in + n) to device `to` in the place of a message; see
-  // lending_communicator.
-  void lend(int to, const void* in, std::size_t n, dtype t, int tag) {
-    auto l = std::make_shared<host_world::loan>();
-    l->data = static_cast<const std::byte*>(in);
-    l->size = n * size_of(t);
-    l->from = device_;
-    l->to = to;
-    l->tag = tag;
-    lent_.push_back(l);
-    world_->post(device_, to, tag, {t, n, nullptr, l->size, l});
-  }
-
-  // The next message from `from`, lent or sent, to read in place.
-  borrowed borrow(int from, std::size_t n, dtype t, int tag) {
-    auto msg = std::make_shared<host_world::message>(world_->take(from, device_, tag));
-    borrowed b{msg->lent ? msg->lent->data : msg->bytes.get(), msg->count, msg->type, nullptr};
-    if (msg->lent) {
-      // Giving the loan back is the last owner's deleter.
-      b.hold = std::shared_ptr<const void>(msg->lent.get(), [world = world_, l = msg->lent](const void*) {
-        world->finished_reading(*l);
-      });
-    } else {
-      b.hold = std::shared_ptr<const void>(msg, msg->bytes.get());
-    }
-    if (msg->type != t || msg->count != n) {
+    const host_world::message msg = world_->take(from, device_, tag);
+    if (msg.type != t || msg.count != n) {
       throw collective_error(detail::cat("device ", device_, " expects ", n, " ", name_of(t), " from device ", from,
-                                         " (", detail::describe_tag(tag), "), but the message holds ", msg->count, " ",
-                                         name_of(msg->type)));
+                                         " (", detail::describe_tag(tag), "), but the message holds ", msg.count, " ",
+                                         name_of(msg.type)));
     }
-    return b;
+    if (n) std::memcpy(out, msg.bytes.get(), n * size_of(t));
   }
-
-  // Returns once none of this device's loans is read any more.
-  void settle() noexcept { world_->settle(device_, lent_); }
 
   // A transfer's pairs at once, through shared memory; see
   // exchanging_communicator.
@@ -968,12 +860,10 @@ class host_communicator {
 
   host_world* world_;
   int device_;
-  std::vector<std::shared_ptr<host_world::loan>> lent_;  // not yet settled
   std::map<std::vector<int>, std::uint64_t> exchanges_;   // made so far, per set of members
 };
 
 static_assert(communicator<host_communicator>);
-static_assert(lending_communicator<host_communicator>);
 static_assert(exchanging_communicator<host_communicator>);
 
 }  // namespace typemesh
