@@ -700,6 +700,27 @@ TEST(Exchanges, ASkippedExchangeIsNamedNotTakenByTheNext) {
       {"exchange 0 with devices [0 1] to belong to", "first op", "second op", "skipped a transfer"});
 }
 
+// Members out of order, a device outside them, or counts that do not match
+// the readers are refused before anything is shown.
+TEST(Exchanges, BadMembersAndCountsAreRefused) {
+  const int one_reader[]{1};
+  const std::size_t one_count[]{2}, two_counts[]{2, 2};
+  const std::vector<float> a{1, 2};
+  auto exchange = [&](std::vector<int> members, std::span<const std::size_t> counts) {
+    launch(2, [&](device& dev) {
+      if (dev.id() == 0) {
+        dev.exchange_shared<float>("the op", members, std::span<const float>(a), one_reader, counts, {},
+                                   [](int, const float*) {});
+      }
+    });
+  };
+  expect_error<typemesh::device_error>([&] { exchange({1, 0}, one_count); },
+                                       {"device 0", "the members of the exchange of the op, [1 0]", "ascending"});
+  expect_error<typemesh::device_error>([&] { exchange({0}, one_count); },
+                                       {"device 1 takes part in the exchange of the op", "not among its members [0]"});
+  expect_error<typemesh::device_error>([&] { exchange({0, 1}, two_counts); }, {"names 1 readers but 2 counts"});
+}
+
 // A source nobody reads is copied out and reported at the end like a message;
 // a sender that never comes fails its receiver at once, or after the timeout.
 TEST(Exchanges, MissingReadersAndSendersAreNamed) {

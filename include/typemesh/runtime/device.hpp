@@ -7,8 +7,10 @@
 // backend, then hand the call to the communicator.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <type_traits>
@@ -215,13 +217,14 @@ class device {
                        std::span<const std::pair<int, std::size_t>> senders, Read&& read,
                        Meanwhile&& meanwhile = [] {}) {
     check_type<T>();
+    check_exchange(what, members, readers, counts);
     std::vector<int> from;
     from.reserve(senders.size());
     for (auto [sender, n] : senders) {
       peer("recv from", sender);
+      exchange_member(what, members, sender);
       from.push_back(sender);
     }
-    for (int reader : readers) peer("send to", reader);
     struct calls {
       Read& read;
       Meanwhile& meanwhile;
@@ -550,6 +553,31 @@ class device {
                                      " is not a member"));
     }
     return index;
+  }
+
+  // An exchange's members are ascending devices without repeats, this one
+  // among them, and each reader has its count.
+  void check_exchange(std::string_view what, std::span<const int> members, std::span<const int> readers,
+                      std::span<const std::size_t> counts) const {
+    if (std::adjacent_find(members.begin(), members.end(), std::greater_equal<int>()) != members.end()) {
+      throw device_error(detail::cat("device ", id(), ": the members of the exchange of ", what, ", ",
+                                     detail::list(members), ", must be ascending devices without repeats"));
+    }
+    exchange_member(what, members, id());
+    if (readers.size() != counts.size()) {
+      throw device_error(detail::cat("device ", id(), ": the exchange of ", what, " names ", readers.size(),
+                                     " readers but ", counts.size(), " counts"));
+    }
+    for (int reader : readers) {
+      peer("send to", reader);
+      exchange_member(what, members, reader);
+    }
+  }
+  void exchange_member(std::string_view what, std::span<const int> members, int d) const {
+    if (!std::binary_search(members.begin(), members.end(), d)) {
+      throw device_error(detail::cat("device ", id(), ": device ", d, " takes part in the exchange of ", what,
+                                     " but is not among its members ", detail::list(members)));
+    }
   }
 
   void peer(const char* what, int other) const {
