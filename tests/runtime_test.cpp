@@ -700,6 +700,31 @@ TEST(Exchanges, ASkippedExchangeIsNamedNotTakenByTheNext) {
       {"exchange 0 with devices [0 1] to belong to", "first op", "second op", "skipped a transfer"});
 }
 
+// A device that fails stops an exchange its peers are in: a sender whose
+// source is being read waits for that reading, then gives up with the rest.
+TEST(Exchanges, AFailingDeviceStopsTheExchange) {
+  using namespace std::chrono_literals;
+  const std::vector<int> members{0, 1, 2};
+  const auto start = std::chrono::steady_clock::now();
+  expect_error<typemesh::device_error>(
+      [&] {
+        launch(3, [&](device& dev) {
+          const std::vector<float> mine(4, float(dev.id()));
+          if (dev.id() == 2) {
+            std::this_thread::sleep_for(20ms);
+            throw typemesh::device_error("device 2 gave up");
+          }
+          const int readers[]{1 - dev.id()};
+          const std::size_t counts[]{4};
+          const std::pair<int, std::size_t> senders[]{{1 - dev.id(), 4}, {2, 4}};  // device 2 never shows its source
+          dev.exchange_shared<float>("the op", members, std::span<const float>(mine), readers, counts, senders,
+                                     [&](int, const float*) { std::this_thread::sleep_for(dev.id() == 0 ? 60ms : 0ms); });
+        });
+      },
+      {"device 2 gave up"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
 // Members out of order, a device outside them, or counts that do not match
 // the readers are refused before anything is shown.
 TEST(Exchanges, BadMembersAndCountsAreRefused) {

@@ -473,6 +473,7 @@ class host_world {
       read_shown(lk, *b, me, side, index);
     } catch (...) {
       failure = std::current_exception();
+      if (!lk.owns_lock()) lk.lock();  // thrown where it was unlocked
     }
     if (!side.readers.empty()) settle_shown(lk, *b, mine);
     if (failure) std::rethrow_exception(failure);
