@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 
 #include "typemesh/core/group.hpp"
 #include "typemesh/runtime/dtype.hpp"
@@ -52,16 +53,15 @@ concept communicator = requires(C& c, const group& g, const void* in, void* out,
 };
 
 // One device's side of a transfer moved through shared memory at once
-// (exchanging_communicator). `identity` and `what` name the transfer (a
-// hash of its description, and the description); `members` lists, in
-// ascending order, every device that sends or receives in it. This device
-// shows `source` to the `readers` (read_counts[i] elements each, for the
-// traffic and for reports) and reads the sources of the `senders`: for
-// each, as soon as it is shown, read(context, sender, its source). In
+// (exchanging_communicator). `what` names the transfer (its description);
+// `members` lists, in ascending order, every device that sends or receives
+// in it. This device shows `source` to the `readers` (read_counts[i]
+// elements each, for the traffic and for reports) and reads the sources of
+// the `senders` (device, elements read): for each, as soon as it is shown,
+// read(context, sender, its source). In
 // between, once its own source is shown, it runs meanwhile(context) (its
 // local copies), so that its readers need not wait for them.
 struct exchange_side {
-  std::uint64_t identity = 0;
   std::string_view what;
   std::span<const int> members;
   const void* source = nullptr;
@@ -69,7 +69,7 @@ struct exchange_side {
   dtype type{};
   std::span<const int> readers;
   std::span<const std::size_t> read_counts;
-  std::span<const int> senders;
+  std::span<const std::pair<int, std::size_t>> senders;
   void* context = nullptr;
   void (*read)(void* context, int sender, const void* source) = nullptr;
   void (*meanwhile)(void* context) = nullptr;

@@ -218,19 +218,15 @@ class device {
                        Meanwhile&& meanwhile = [] {}) {
     check_type<T>();
     check_exchange(what, members, readers, counts);
-    std::vector<int> from;
-    from.reserve(senders.size());
     for (auto [sender, n] : senders) {
       peer("recv from", sender);
       exchange_member(what, members, sender);
-      from.push_back(sender);
     }
     struct calls {
       Read& read;
       Meanwhile& meanwhile;
     } both{read, meanwhile};
-    exchange_side side{detail::message_label::identity_of(what), what, members, source.data(), source.size(),
-                       dtype_of<T>, readers, counts, from, &both,
+    exchange_side side{what, members, source.data(), source.size(), dtype_of<T>, readers, counts, senders, &both,
                        [](void* context, int sender, const void* theirs) {
                          static_cast<calls*>(context)->read(sender, static_cast<const T*>(theirs));
                        },

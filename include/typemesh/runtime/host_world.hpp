@@ -110,6 +110,21 @@ class watched_condition {
     if (until == clock::time_point::max()) cv_.wait(lk);
     else cv_.wait_until(lk, until);
   }
+  // Under lk: as wait, but what it watches until watch_until is changed(),
+  // read without the lock, rather than every change marked here, so that
+  // waiters for different things do not all take the lock at each change.
+  template <class Changed>
+  void wait_watching(std::unique_lock<std::mutex>& lk, Changed changed, clock::time_point watch_until,
+                     clock::time_point until = clock::time_point::max()) {
+    if (const auto end = std::min(watch_until, until); clock::now() < end) {
+      lk.unlock();
+      watch_for(changed, end);
+      lk.lock();
+      return;
+    }
+    if (until == clock::time_point::max()) cv_.wait(lk);
+    else cv_.wait_until(lk, until);
+  }
   // Sleeps until pred() holds, without watching: the error paths.
   template <class Pred>
   void wait_until_true(std::unique_lock<std::mutex>& lk, Pred pred) {
@@ -418,18 +433,16 @@ class host_world {
     std::mutex m;
     watched_condition changed;
     const std::vector<int> members;
-    std::uint64_t identity = 0;
-    std::string what;  // of the first member to arrive
+    std::string what;  // the transfer, as the first member to arrive names it
     int first = -1;
     std::vector<shown> sources;  // by member index
     std::size_t left = 0;        // members that have returned from it
   };
 
-  // Device `me`'s side of the serial-th exchange among side.members; see
-  // exchanging_communicator. Errors name what this device waited for;
-  // transfer() leads them with the transfer.
-  void exchange(int me, std::uint64_t serial, const exchange_side& side) {
-    const std::vector<int> members(side.members.begin(), side.members.end());
+  // Device `me`'s side of the serial-th exchange among `members` (those of
+  // `side`); see exchanging_communicator. Errors name what this device
+  // waited for; transfer() leads them with the transfer.
+  void exchange(int me, const std::vector<int>& members, std::uint64_t serial, const exchange_side& side) {
     std::shared_ptr<board> b;
     {
       std::lock_guard lk(registry_mutex_);
@@ -443,9 +456,8 @@ class host_world {
     std::unique_lock lk(b->m);
     if (b->first < 0) {
       b->first = me;
-      b->identity = side.identity;
       b->what = side.what;
-    } else if (b->identity != side.identity) {
+    } else if (b->what != side.what) {
       throw collective_error(detail::cat(
           "device ", me, " expects its exchange ", serial, " with devices ", detail::list(members), " to belong to ",
           side.what, ", but device ", b->first, "'s exchange ", serial, " belongs to ", b->what,
@@ -534,7 +546,8 @@ class host_world {
   // Reads every sender's source as soon as it is shown, in that order.
   template <class Index>
   void read_shown(std::unique_lock<std::mutex>& lk, board& b, int me, const exchange_side& side, Index index) {
-    std::vector<int> pending(side.senders.begin(), side.senders.end());
+    std::vector<int> pending;
+    for (auto [sender, count] : side.senders) pending.push_back(sender);
     std::vector<std::pair<int, bool>> now_reading;  // sender, counted as reading
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + timeout_, watch_until = start + watched_condition::watch;
@@ -592,17 +605,12 @@ class host_world {
       }
       const auto t = std::chrono::steady_clock::now();
       if (t >= deadline) throw timeout_error(detail::cat(where(), ": timed out after ", timeout_.count(), " ms"));
-      if (t < watch_until) {
-        lk.unlock();
-        watched_condition::watch_for([&] {
-          return std::any_of(pending.begin(), pending.end(), [&](int sender) {
-            return b.sources[index(sender)].published.load(std::memory_order_acquire);
-          });
-        }, std::min(watch_until, deadline));
-        lk.lock();
-      } else {
-        b.changed.wait(lk, watch_until, std::min(deadline, t + poll_interval));
-      }
+      auto shown = [&] {
+        return std::any_of(pending.begin(), pending.end(), [&](int sender) {
+          return b.sources[index(sender)].published.load(std::memory_order_acquire);
+        });
+      };
+      b.changed.wait_watching(lk, shown, watch_until, std::min(deadline, t + poll_interval));
     }
   }
 
@@ -634,17 +642,9 @@ class host_world {
           return;
         }
       }
-      const auto t = std::chrono::steady_clock::now();
-      if (t < watch_until) {
-        lk.unlock();
-        watched_condition::watch_for([&] { return mine.reading.load() == 0 && mine.untaken.load() == 0; },
-                                     mine.reading.load() > 0 ? watch_until : std::min(watch_until, grace));
-        lk.lock();
-      } else if (mine.reading > 0) {
-        b.changed.wait(lk, watch_until);
-      } else {
-        b.changed.wait(lk, watch_until, std::min(grace, t + poll_interval));
-      }
+      auto read = [&] { return mine.reading.load() == 0 && mine.untaken.load() == 0; };
+      if (mine.reading > 0) b.changed.wait_watching(lk, read, watch_until);
+      else b.changed.wait_watching(lk, read, watch_until, std::min(grace, std::chrono::steady_clock::now() + poll_interval));
     }
   }
 
@@ -766,8 +766,8 @@ class host_communicator {
   // A transfer's pairs at once, through shared memory; see
   // exchanging_communicator.
   void exchange(const exchange_side& side) {
-    const std::uint64_t serial = exchanges_[std::vector<int>(side.members.begin(), side.members.end())]++;
-    world_->exchange(device_, serial, side);
+    auto& [members, made] = *exchanges_.try_emplace(std::vector<int>(side.members.begin(), side.members.end())).first;
+    world_->exchange(device_, members, made++, side);
   }
 
   void barrier(const group& g) { session s(*this, g, {op_kind::barrier, 0, dtype::u8, {}, 0, nullptr, nullptr}, true); }
