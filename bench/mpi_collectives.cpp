@@ -12,8 +12,9 @@
 // buffers. Sizes are 1 KiB, 4 KiB, ..., 64 MiB (powers of 2 with --pow2).
 // Point to point, devices 0 and 1 play ping-pong (device 0 sends, device 1
 // returns what it received): through dev.send/dev.recv (a program tag) and
-// dev.send_labelled/recv_labelled (the conversions' path: a label message
-// ahead of the data), against MPI_Send/MPI_Recv on the same buffers.
+// dev.send_labelled/recv_labelled (the conversions' path: a label ahead of
+// the data, with a conversion's description), against MPI_Send/MPI_Recv on
+// the same buffers.
 // What typemesh adds on top of MPI is what the ratio shows: the argument
 // checks and byte counts of typemesh::device, its own communicator (a
 // duplicate of the world), and nonblocking calls polled until a timeout
@@ -149,6 +150,16 @@ std::vector<std::size_t> sizes(const options& o) {
 
 enum class what { allreduce, allgather, alltoall, pingpong, labelled };
 
+// What the labelled messages belong to: descriptions as long as a
+// conversion's (its label carries a hash of the whole text, and the text
+// itself the first time).
+constexpr std::string_view ping_what =
+    "replace_mesh from mesh 'ping' [2] on devices [0 1] to mesh 'pong' [2] on devices [1 0], dims [batch=64 "
+    "seq=2 k=2048], layout<batch(axis0)> to layout<batch(axis0)>";
+constexpr std::string_view pong_what =
+    "replace_mesh from mesh 'pong' [2] on devices [1 0] to mesh 'ping' [2] on devices [0 1], dims [batch=64 "
+    "seq=2 k=2048], layout<batch(axis0)> to layout<batch(axis0)>";
+
 constexpr bool point_to_point(what w) { return w == what::pingpong || w == what::labelled; }
 
 constexpr std::string_view name_of(what w) {
@@ -268,12 +279,12 @@ class bench_rank {
         break;
       case what::labelled:
         if (id_ == 0) {
-          dev_.send_labelled<const float>("ping", 1, std::span<const float>(in, n));
-          dev_.recv_labelled<float>("pong", 1, std::span<float>(out, n));
+          dev_.send_labelled<const float>(ping_what, 1, std::span<const float>(in, n));
+          dev_.recv_labelled<float>(pong_what, 1, std::span<float>(out, n));
         }
         if (id_ == 1) {
-          dev_.recv_labelled<float>("ping", 0, std::span<float>(out, n));
-          dev_.send_labelled<float>("pong", 0, std::span<float>(out, n));
+          dev_.recv_labelled<float>(ping_what, 0, std::span<float>(out, n));
+          dev_.send_labelled<float>(pong_what, 0, std::span<float>(out, n));
         }
         break;
     }

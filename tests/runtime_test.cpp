@@ -12,6 +12,7 @@
 #include <string_view>
 #include <type_traits>
 #include <fstream>
+#include <set>
 #include <string>
 #include <sys/resource.h>
 #include <vector>
@@ -639,6 +640,37 @@ TEST(Messages, ALabelledMessageIsNeverTakenByAnotherOperation) {
         });
       },
       {"device 0 sent device 1 5 f64 of the only op (its labelled message 0 to device 1)", "never received"});
+}
+
+// A label keeps its fields and its text (cut to text_bytes) through encode
+// and decode, and descriptions a byte apart, or one a prefix of another,
+// get different identities.
+TEST(Messages, ALabelKeepsItsFieldsAndIdentitiesTellDescriptionsApart) {
+  using L = typemesh::detail::message_label;
+  const std::string text(300, 'x');
+  const auto bytes = L::encode(7, 3, 1024, typemesh::dtype::f64, text);
+  const auto label = L::decode(bytes.data());
+  EXPECT_EQ(label.identity, 7u);
+  EXPECT_EQ(label.sequence, 3u);
+  EXPECT_EQ(label.count, 1024u);
+  EXPECT_EQ(label.type, typemesh::dtype::f64);
+  EXPECT_EQ(label.what, text.substr(0, L::text_bytes));
+  EXPECT_TRUE(L::described(bytes.data()));
+  EXPECT_EQ(L::size_at(bytes.data()), L::bytes);
+
+  std::string description = "replace_mesh from mesh 'a' [4] on devices [0 1 2 3] to mesh 'b' [2 2] on devices ";
+  while (description.size() < 200) description += std::to_string(description.size()) + " ";
+  std::set<std::uint64_t> identities;
+  std::size_t made = 0;
+  for (std::size_t i = 0; i < description.size(); ++i) {
+    std::string changed = description;
+    changed[i] ^= 1;
+    identities.insert(L::identity_of(changed));
+    identities.insert(L::identity_of(std::string_view(description).substr(0, i)));
+    made += 2;
+  }
+  identities.insert(L::identity_of(description));
+  EXPECT_EQ(identities.size(), made + 1);
 }
 
 // On host threads a transfer's pairs move through one exchange: each sender

@@ -10,6 +10,8 @@
 //   --fail=kill     rank 2 is killed (SIGKILL): the launcher ends the job
 //   --fail=finished rank 0 returns while rank 1 waits for its message: at once
 //   --fail=leftover rank 0 sends a message nobody receives: named at the end
+//   --fail=leftover_labelled  the same with a labelled message whose label
+//                   went without its text: named in full
 //   --fail=skip_transfer  rank 3 skips a replace_mesh: the next one names both
 #include <mpi.h>
 
@@ -537,6 +539,76 @@ TEST(MpiFailures, LabelledMessagesOfTheWrongSizeAreNamedByTheirLabel) {
   });
 }
 
+// A label that leads its data in one message of at most eager_bytes goes
+// whole the first time its operation goes to a device, and as its header
+// alone after that; the receiver restores the text from the first.
+TEST(MpiLabels, ALabelGoesWithoutItsTextOnceItsReceiverHasIt) {
+  using L = typemesh::detail::message_label;
+  using typemesh::dtype;
+  typemesh::mpi_state state(MPI_COMM_WORLD, std::chrono::milliseconds(1000));
+  const std::string op = "replace_mesh from mesh 'one' [2] on devices [0 1] to mesh 'two' [2] on devices [2 3], dims "
+                         "[d0=4 d1=2 d2=2], layout<d0(a0)> to layout<d1(a0)>";
+  const auto first = L::encode(L::identity_of(op), 0, 256, dtype::f32, op);
+  const auto second = L::encode(L::identity_of(op), 1, 256, dtype::f32, op);
+  const auto other = L::encode(L::identity_of("another op"), 2, 256, dtype::f32, "another op");
+  std::array<std::uint8_t, L::header_bytes> header{};
+  EXPECT_EQ(state.label_to_send(1, first.data(), 1024, header), L::bytes);  // the first time: whole
+  EXPECT_EQ(state.label_to_send(1, second.data(), 1024, header), L::header_bytes);
+  EXPECT_FALSE(L::described(header.data()));
+  EXPECT_EQ(L::sequence_at(header.data()), 1u);
+  EXPECT_EQ(state.label_to_send(2, second.data(), 1024, header), L::bytes);  // another device
+  EXPECT_EQ(state.label_to_send(1, other.data(), 1024, header), L::bytes);   // another operation
+  EXPECT_EQ(state.label_to_send(1, second.data(), 3800, header), L::bytes);  // beyond one eager message
+  state.label_to_send(1, second.data(), 1024, header);
+
+  // The receiving side, as device 0's messages: the header alone before its
+  // text came, the whole label, then the header again.
+  std::array<std::uint8_t, L::bytes> label{};
+  EXPECT_EQ(state.restore_label(0, header.data(), header.size(), label.data()), L::header_bytes);
+  EXPECT_EQ(L::decode(label.data()).what, "an operation whose first message this device never took");
+  EXPECT_EQ(state.restore_label(0, first.data(), first.size(), label.data()), L::bytes);
+  EXPECT_EQ(L::decode(label.data()).what, op);
+  label.fill(0);
+  EXPECT_EQ(state.restore_label(0, header.data(), header.size(), label.data()), L::header_bytes);
+  const auto restored = L::decode(label.data());
+  EXPECT_EQ(restored.what, op);
+  EXPECT_EQ(restored.sequence, 1u);
+  EXPECT_EQ(restored.count, 256u);
+  EXPECT_EQ(restored.type, dtype::f32);
+  EXPECT_EQ(state.restore_label(1, header.data(), header.size(), label.data()), L::header_bytes);  // another sender
+  EXPECT_EQ(L::decode(label.data()).what, "an operation whose first message this device never took");
+  EXPECT_EQ(state.restore_label(0, header.data(), L::header_bytes - 1, label.data()), 0u);  // too short for a label
+  EXPECT_EQ(state.restore_label(0, first.data(), 100, label.data()), 0u);
+}
+
+// A labelled message whose label went without its text still names its
+// operation in full when it meets the wrong receive, and the messages before
+// it arrive intact.
+TEST(MpiLabels, AShortLabelMeetingTheWrongReceiveNamesItsOperation) {
+  const int n = world_size();
+  launch({.devices = n, .timeout = 300ms}, [&](device& dev) {
+    pair_0_1 pair(dev);
+    std::vector<float> sent(256);  // 1 KiB: one message with its label
+    std::iota(sent.begin(), sent.end(), 1.0f);
+    if (dev.id() == 0) {
+      for (int i = 0; i < 3; ++i) dev.send_labelled<const float>("the first op", 1, sent);
+    }
+    if (dev.id() == 1) {
+      for (int i = 0; i < 2; ++i) {
+        std::vector<float> got(256, -1.0f);
+        dev.recv_labelled<float>("the first op", 0, got);
+        EXPECT_EQ(got, sent);
+      }
+      std::vector<float> got(256, -1.0f);
+      expect_error<typemesh::collective_error>(
+          [&] { dev.recv_labelled<float>("the second op", 0, got); },
+          {"expects its labelled message 2 from device 0 to belong to the second op",
+           "device 0's message 2 belongs to the first op"});
+    }
+    pair.meet();
+  });
+}
+
 TEST(MpiLaunch, ResultsAreIndexedByDeviceOnEveryRank) {
   const int n = world_size();
   auto ids = launch(n, [](device& dev) { return dev.id() * dev.count(); });
@@ -813,6 +885,15 @@ int fail(const std::string& how) {
     launch(n, [&](device& dev) {
       std::vector<float> v(4);
       if (dev.id() == 0) dev.send<float>(1, v, 4);
+    });
+  } else if (how == "leftover_labelled") {
+    launch(n, [&](device& dev) {
+      std::vector<float> v(256);  // the second label goes without its text
+      if (dev.id() == 0) {
+        dev.send_labelled<float>("the only op", 1, v);
+        dev.send_labelled<float>("the only op", 1, v);
+      }
+      if (dev.id() == 1) dev.recv_labelled<float>("the only op", 0, v);
     });
   } else if (how == "skip_transfer") {
     using S3 = typemesh::shape<d0, d1, d2>;

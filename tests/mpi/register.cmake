@@ -9,9 +9,11 @@
 #     a throwing rank, a collective a member never joins (allreduce; a small
 #     allgather), a crashing rank and a killed rank end the whole job with a
 #     message naming the rank instead of a hang.
-#   mpi.finished_2, mpi.leftover_2, mpi.skip_transfer_4: a recv from a rank
-#     that has returned fails at once, a message nobody received is named at
-#     the end, a skipped replace_mesh is named by the next one.
+#   mpi.finished_2, mpi.leftover_2, mpi.leftover_labelled_2,
+#     mpi.skip_transfer_4: a recv from a rank that has returned fails at once,
+#     a message nobody received is named at the end (a labelled one by its
+#     operation, also where its label went without its text), a skipped
+#     replace_mesh is named by the next one.
 #   mpi.programs_8, mpi.training_4: the conversion property test and a small
 #     network trained on both backends (losses and weights equal).
 include_guard(GLOBAL)
@@ -71,6 +73,10 @@ block(SCOPE_FOR VARIABLES)
     COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=leftover ${MPIEXEC_POSTFLAGS})
   set_tests_properties(mpi.leftover_2 PROPERTIES LABELS mpi TIMEOUT 30
     PASS_REGULAR_EXPRESSION "device 0 sent device 1 16 bytes \\(tag 4\\), which device 1 never received")
+  add_test(NAME mpi.leftover_labelled_2
+    COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=leftover_labelled ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(mpi.leftover_labelled_2 PROPERTIES LABELS mpi TIMEOUT 30
+    PASS_REGULAR_EXPRESSION "device 0 sent device 1 256 f32 of the only op \\(its labelled message 1 to device 1\\), which device 1 never received")
   typemesh_mpiexec(_mpiexec 4)
   add_test(NAME mpi.skip_transfer_4
     COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> --fail=skip_transfer ${MPIEXEC_POSTFLAGS})

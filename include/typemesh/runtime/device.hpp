@@ -307,9 +307,8 @@ class device {
   // The label of this device's next labelled message to `to`: n elements
   // of type t, of the operation `what`.
   std::array<std::uint8_t, detail::message_label::bytes> next_label(std::string_view what, int to, std::size_t n, dtype t) {
-    const detail::message_label label{detail::message_label::identity_of(what), labelled_sent_[to]++, n, t,
-                                      std::string(what)};
-    return label.encode();
+    using L = detail::message_label;
+    return L::encode(L::identity_of(what), labelled_sent_[to]++, n, t, what);
   }
 
   // The label ahead of a labelled message of n elements of type t.
@@ -334,18 +333,18 @@ class device {
   // belongs to `what`, comes in order and announces n elements of T.
   template <class T>
   void check_label(std::string_view what, int from, std::size_t n, const std::uint8_t* bytes) {
-    const auto label = detail::message_label::decode(bytes);
+    using L = detail::message_label;
     const std::uint64_t expected = labelled_received_[from]++;
-    if (label.identity != detail::message_label::identity_of(what) || label.sequence != expected) {
+    if (L::identity_at(bytes) != L::identity_of(what) || L::sequence_at(bytes) != expected) {
       throw collective_error(detail::cat(
           "device ", id(), " expects its labelled message ", expected, " from device ", from, " to belong to ", what,
-          ", but device ", from, "'s message ", label.sequence, " belongs to ", label.what,
+          ", but device ", from, "'s message ", L::sequence_at(bytes), " belongs to ", L::decode(bytes).what,
           ": a device skipped a transfer, or the devices ran their transfers in different orders"));
     }
-    if (label.count != n || label.type != dtype_of<T>) {
+    if (L::count_at(bytes) != n || L::type_at(bytes) != dtype_of<T>) {
       throw collective_error(detail::cat("device ", id(), " expects ", n, " ", name_of(dtype_of<T>),
-                                         " from device ", from, ", but device ", from, " sent ", label.count, " ",
-                                         name_of(label.type)));
+                                         " from device ", from, ", but device ", from, " sent ", L::count_at(bytes), " ",
+                                         name_of(L::type_at(bytes))));
     }
   }
 

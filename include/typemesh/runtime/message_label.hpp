@@ -5,7 +5,8 @@
 // ahead of the data, on a channel apart from the program's tagged messages;
 // every backend keeps the two in order. Where one message costs less than
 // two (MPI, up to a few KiB of data) the label leads the data's message
-// instead (inline_label_communicator).
+// instead (inline_label_communicator), and there it carries its text only
+// the first time (mpi_state::label_to_send).
 #pragma once
 
 #include <algorithm>
@@ -28,8 +29,15 @@ inline constexpr int labelled_tag = -1;
 inline std::string describe_tag(int tag) { return tag == labelled_tag ? std::string("labelled") : cat("tag ", tag); }
 
 struct message_label {
-  static constexpr std::size_t bytes = 256;
-  static constexpr std::size_t text_bytes = bytes - 3 * sizeof(std::uint64_t) - 2;
+  static constexpr std::size_t bytes = 256;         // a whole label, its text included
+  static constexpr std::size_t header_bytes = 32;   // all but its text
+  static constexpr std::size_t text_bytes = bytes - header_bytes;
+  // Identity, sequence and count at bytes 0, 8 and 16, then the type, the
+  // text's length, whether the text follows the header, and the text from
+  // header_bytes. Where one message carries a label and its data, the label
+  // of an operation whose text its receiver already has from that sender
+  // goes without it (mpi_state::label_to_send), and the receiver restores it.
+  static constexpr std::size_t type_offset = 24, length_offset = 25, described_offset = 26;
 
   std::uint64_t identity = 0;  // a hash of the whole description
   std::uint64_t sequence = 0;  // labelled messages from this sender to this receiver before this one
@@ -37,36 +45,71 @@ struct message_label {
   dtype type{};
   std::string what;            // the operation, cut to text_bytes
 
+  // A hash of a description, eight bytes a step: labels are made and
+  // checked for every message, and a transfer's description runs to a
+  // couple of hundred characters.
   static std::uint64_t identity_of(std::string_view what) {
-    std::uint64_t h = 1469598103934665603ull;  // FNV-1a
-    for (unsigned char c : what) h = (h ^ c) * 1099511628211ull;
+    constexpr std::uint64_t k = 0x9E3779B97F4A7C15ull;
+    std::uint64_t h = 0xCBF29CE484222325ull ^ (what.size() * k);
+    auto mix = [&](std::uint64_t w) {
+      h = (h ^ w) * k;
+      h ^= h >> 29;
+    };
+    std::size_t i = 0;
+    for (; i + 8 <= what.size(); i += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, what.data() + i, 8);
+      mix(w);
+    }
+    if (i < what.size()) {
+      std::uint64_t w = 0;
+      std::memcpy(&w, what.data() + i, what.size() - i);
+      mix(w);
+    }
     return h;
   }
 
-  std::array<std::uint8_t, bytes> encode() const {
+  static std::array<std::uint8_t, bytes> encode(std::uint64_t identity, std::uint64_t sequence, std::uint64_t count,
+                                                dtype type, std::string_view what) {
     std::array<std::uint8_t, bytes> out{};
-    std::uint8_t* at = out.data();
-    for (std::uint64_t v : {identity, sequence, count}) {
-      std::memcpy(at, &v, sizeof v);
-      at += sizeof v;
-    }
-    *at++ = static_cast<std::uint8_t>(type);
-    const std::size_t n = std::min(what.size(), text_bytes);
-    *at++ = static_cast<std::uint8_t>(std::min<std::size_t>(n, 255));
-    std::memcpy(at, what.data(), n);
+    std::memcpy(out.data(), &identity, 8);
+    std::memcpy(out.data() + 8, &sequence, 8);
+    std::memcpy(out.data() + 16, &count, 8);
+    out[type_offset] = static_cast<std::uint8_t>(type);
+    describe(out.data(), what);
     return out;
   }
 
+  // A whole label (described).
   static message_label decode(const std::uint8_t* in) {
     message_label l;
-    for (std::uint64_t* v : {&l.identity, &l.sequence, &l.count}) {
-      std::memcpy(v, in, sizeof *v);
-      in += sizeof *v;
-    }
-    l.type = static_cast<dtype>(*in++);
-    const std::size_t n = std::min<std::size_t>(*in++, text_bytes);
-    l.what.assign(reinterpret_cast<const char*>(in), n);
+    std::memcpy(&l.identity, in, 8);
+    std::memcpy(&l.sequence, in + 8, 8);
+    std::memcpy(&l.count, in + 16, 8);
+    l.type = static_cast<dtype>(in[type_offset]);
+    const std::size_t n = std::min<std::size_t>(in[length_offset], text_bytes);
+    l.what.assign(reinterpret_cast<const char*>(in + header_bytes), n);
     return l;
+  }
+
+  static std::uint64_t identity_at(const std::uint8_t* in) { return word_at(in, 0); }
+  static std::uint64_t sequence_at(const std::uint8_t* in) { return word_at(in, 8); }
+  static std::uint64_t count_at(const std::uint8_t* in) { return word_at(in, 16); }
+  static dtype type_at(const std::uint8_t* in) { return static_cast<dtype>(in[type_offset]); }
+  static std::uint64_t word_at(const std::uint8_t* in, std::size_t offset) {
+    std::uint64_t w;
+    std::memcpy(&w, in + offset, sizeof w);
+    return w;
+  }
+  static bool described(const std::uint8_t* in) { return in[described_offset] != 0; }
+  // The bytes a label takes in its message, from its header.
+  static std::size_t size_at(const std::uint8_t* in) { return described(in) ? bytes : header_bytes; }
+  // Gives a label that came without its text the text `what`.
+  static void describe(std::uint8_t* label, std::string_view what) {
+    const std::size_t n = std::min(what.size(), text_bytes);
+    label[length_offset] = static_cast<std::uint8_t>(n);
+    label[described_offset] = 1;
+    std::memcpy(label + header_bytes, what.data(), n);
   }
 };
 
