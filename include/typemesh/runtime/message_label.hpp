@@ -82,11 +82,7 @@ struct message_label {
 
   // A whole label (described).
   static message_label decode(const std::uint8_t* in) {
-    message_label l;
-    std::memcpy(&l.identity, in, 8);
-    std::memcpy(&l.sequence, in + 8, 8);
-    std::memcpy(&l.count, in + 16, 8);
-    l.type = static_cast<dtype>(in[type_offset]);
+    message_label l{identity_at(in), sequence_at(in), count_at(in), type_at(in), {}};
     const std::size_t n = std::min<std::size_t>(in[length_offset], text_bytes);
     l.what.assign(reinterpret_cast<const char*>(in + header_bytes), n);
     return l;
