@@ -551,15 +551,15 @@ TEST(MpiLabels, ALabelGoesWithoutItsTextOnceItsReceiverHasIt) {
   const auto first = L::encode(L::identity_of(op), 0, 256, dtype::f32, op);
   const auto second = L::encode(L::identity_of(op), 1, 256, dtype::f32, op);
   const auto other = L::encode(L::identity_of("another op"), 2, 256, dtype::f32, "another op");
-  std::array<std::uint8_t, L::header_bytes> header{};
-  EXPECT_EQ(state.label_to_send(1, first.data(), 1024, header), L::bytes);  // the first time: whole
-  EXPECT_EQ(state.label_to_send(1, second.data(), 1024, header), L::header_bytes);
+  EXPECT_FALSE(state.sends_header_only(1, first.data(), 1024));  // the first time: whole
+  EXPECT_TRUE(state.sends_header_only(1, second.data(), 1024));
+  EXPECT_FALSE(state.sends_header_only(2, second.data(), 1024));  // another device
+  EXPECT_FALSE(state.sends_header_only(1, other.data(), 1024));   // another operation
+  EXPECT_FALSE(state.sends_header_only(1, second.data(), 3800));  // beyond one eager message
+  const auto header = L::header_of(second.data());
   EXPECT_FALSE(L::described(header.data()));
+  EXPECT_EQ(L::size_at(header.data()), L::header_bytes);
   EXPECT_EQ(L::sequence_at(header.data()), 1u);
-  EXPECT_EQ(state.label_to_send(2, second.data(), 1024, header), L::bytes);  // another device
-  EXPECT_EQ(state.label_to_send(1, other.data(), 1024, header), L::bytes);   // another operation
-  EXPECT_EQ(state.label_to_send(1, second.data(), 3800, header), L::bytes);  // beyond one eager message
-  state.label_to_send(1, second.data(), 1024, header);
 
   // The receiving side, as device 0's messages: the header alone before its
   // text came, the whole label, then the header again.

@@ -105,7 +105,9 @@ concept expecting_communicator = communicator<C> && requires(C& c, std::size_t c
 // KiB). labels_inline(bytes) says where, for `bytes` of data;
 // send_with_label sends the label's bytes and the data as one message on
 // the labelled channel; recv_with_label takes one into `label` and `data`
-// and returns the bytes of data it held. A message of another size is
+// and returns the bytes of data it held. Labels are message_label::bytes
+// (label_bytes); on the way a label may shrink to its header, but
+// recv_with_label gives it back whole. A message of another size is
 // taken whole, its label still filled in (when it has one), so that the
 // caller names the mismatch from the label; its data is not written then.
 template <class C>

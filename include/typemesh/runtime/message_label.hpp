@@ -6,7 +6,7 @@
 // every backend keeps the two in order. Where one message costs less than
 // two (MPI, up to a few KiB of data) the label leads the data's message
 // instead (inline_label_communicator), and there it carries its text only
-// the first time (mpi_state::label_to_send).
+// the first time (mpi_state::sends_header_only).
 #pragma once
 
 #include <algorithm>
@@ -36,7 +36,8 @@ struct message_label {
   // text's length, whether the text follows the header, and the text from
   // header_bytes. Where one message carries a label and its data, the label
   // of an operation whose text its receiver already has from that sender
-  // goes without it (mpi_state::label_to_send), and the receiver restores it.
+  // goes without it (mpi_state::sends_header_only), and the receiver restores it.
+  static constexpr std::size_t identity_offset = 0, sequence_offset = 8, count_offset = 16;
   static constexpr std::size_t type_offset = 24, length_offset = 25, described_offset = 26;
 
   std::uint64_t identity = 0;  // a hash of the whole description
@@ -72,9 +73,9 @@ struct message_label {
   static std::array<std::uint8_t, bytes> encode(std::uint64_t identity, std::uint64_t sequence, std::uint64_t count,
                                                 dtype type, std::string_view what) {
     std::array<std::uint8_t, bytes> out{};
-    std::memcpy(out.data(), &identity, 8);
-    std::memcpy(out.data() + 8, &sequence, 8);
-    std::memcpy(out.data() + 16, &count, 8);
+    std::memcpy(out.data() + identity_offset, &identity, 8);
+    std::memcpy(out.data() + sequence_offset, &sequence, 8);
+    std::memcpy(out.data() + count_offset, &count, 8);
     out[type_offset] = static_cast<std::uint8_t>(type);
     describe(out.data(), what);
     return out;
@@ -88,9 +89,9 @@ struct message_label {
     return l;
   }
 
-  static std::uint64_t identity_at(const std::uint8_t* in) { return word_at(in, 0); }
-  static std::uint64_t sequence_at(const std::uint8_t* in) { return word_at(in, 8); }
-  static std::uint64_t count_at(const std::uint8_t* in) { return word_at(in, 16); }
+  static std::uint64_t identity_at(const std::uint8_t* in) { return word_at(in, identity_offset); }
+  static std::uint64_t sequence_at(const std::uint8_t* in) { return word_at(in, sequence_offset); }
+  static std::uint64_t count_at(const std::uint8_t* in) { return word_at(in, count_offset); }
   static dtype type_at(const std::uint8_t* in) { return static_cast<dtype>(in[type_offset]); }
   static std::uint64_t word_at(const std::uint8_t* in, std::size_t offset) {
     std::uint64_t w;
@@ -100,6 +101,13 @@ struct message_label {
   static bool described(const std::uint8_t* in) { return in[described_offset] != 0; }
   // The bytes a label takes in its message, from its header.
   static std::size_t size_at(const std::uint8_t* in) { return described(in) ? bytes : header_bytes; }
+  // A label's header alone, marked as coming without its text.
+  static std::array<std::uint8_t, header_bytes> header_of(const std::uint8_t* label) {
+    std::array<std::uint8_t, header_bytes> header;
+    std::memcpy(header.data(), label, header_bytes);
+    header[described_offset] = 0;
+    return header;
+  }
   // Gives a label that came without its text the text `what`.
   static void describe(std::uint8_t* label, std::string_view what) {
     const std::size_t n = std::min(what.size(), text_bytes);

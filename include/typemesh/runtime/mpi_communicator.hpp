@@ -343,21 +343,16 @@ class mpi_state {
                        " to device ", to, ")");
   }
 
-  // A label that leads its data in one message of at most eager_bytes goes
-  // without its text (message_label::header_bytes, not bytes) once this
-  // device has sent device `to` a label of the same operation: a 1 KiB
-  // labelled round trip took 2.1-2.4 us with whole labels and 1.9-2.1 us
-  // with 64 B ones, against raw MPI's 1.7-1.9 us (docs/performance.md).
-  // Returns the bytes of `label` to send; `header` receives a header
-  // without the text.
-  std::size_t label_to_send(int to, const std::uint8_t* label, std::size_t data_bytes,
-                            std::array<std::uint8_t, detail::message_label::header_bytes>& header) {
+  // Whether a label that leads its data in one message of at most
+  // eager_bytes goes as its header alone (message_label::header_of): once
+  // this device has sent device `to` a label of the same operation with
+  // its text. A 1 KiB labelled round trip took 2.1-2.4 us with whole labels
+  // and 1.9-2.1 us with 64 B ones, against raw MPI's 1.7-1.9 us
+  // (docs/performance.md).
+  bool sends_header_only(int to, const std::uint8_t* label, std::size_t data_bytes) {
     using L = detail::message_label;
-    if (!L::described(label) || L::bytes + data_bytes > eager_bytes) return L::bytes;
-    if (described_to_[to].insert(L::identity_at(label)).second) return L::bytes;
-    std::memcpy(header.data(), label, L::header_bytes);
-    header[L::described_offset] = 0;
-    return L::header_bytes;
+    if (!L::described(label) || L::bytes + data_bytes > eager_bytes) return false;
+    return !described_to_[to].insert(L::identity_at(label)).second;
   }
 
   // The whole label of a labelled message from `from` whose first `got`
@@ -714,7 +709,7 @@ class mpi_state {
   MPI_Comm ready_ = MPI_COMM_NULL, labelled_ready_ = MPI_COMM_NULL;  // ready notices (world's tags, labelled)
   std::vector<std::uint64_t> sent_to_, received_from_;
   // Operations whose labels went to each device with their text, and the
-  // texts that came from each device, by identity (label_to_send).
+  // texts that came from each device, by identity (sends_header_only).
   std::vector<std::unordered_set<std::uint64_t>> described_to_;
   std::vector<std::unordered_map<std::uint64_t, std::string>> descriptions_from_;
   std::vector<std::uint64_t> readies_to_, readies_from_;  // ready notices sent to and taken from each device
@@ -890,9 +885,9 @@ class mpi_communicator {
   bool labels_inline(std::size_t bytes) const { return detail::message_label::bytes + bytes < mpi_state::direct_bytes; }
 
   void send_with_label(int to, const void* label, std::size_t label_bytes, const void* in, std::size_t bytes) {
-    std::array<std::uint8_t, detail::message_label::header_bytes> header;
     const auto* whole = static_cast<const std::uint8_t*>(label);
-    if (label_bytes == detail::message_label::bytes && s_->label_to_send(to, whole, bytes, header) == header.size()) {
+    if (label_bytes == detail::message_label::bytes && s_->sends_header_only(to, whole, bytes)) {
+      const auto header = detail::message_label::header_of(whole);
       return s_->post_parts(to, detail::labelled_tag, {{header.data(), header.size()}, {in, bytes}});
     }
     s_->post_parts(to, detail::labelled_tag, {{label, label_bytes}, {in, bytes}});
@@ -1042,7 +1037,7 @@ class mpi_communicator {
                            tag, truncated);
       s_->count_received(from, tag, expected);
       if (truncated) throw wrong_size(from, expected, dtype::u8, tag, detail::cat("more than ", mpi_state::eager_bytes, " bytes"));
-      // Its label whole, or without its text (mpi_state::label_to_send).
+      // Its label whole, or without its text (mpi_state::sends_header_only).
       const std::size_t lead = s_->restore_label(from, reinterpret_cast<const std::uint8_t*>(in), got,
                                                  static_cast<std::uint8_t*>(label));
       if (lead == 0) throw wrong_size(from, expected, dtype::u8, tag, static_cast<int>(got));
