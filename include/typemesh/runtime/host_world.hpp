@@ -47,6 +47,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "typemesh/core/error.hpp"
@@ -59,6 +60,27 @@
 
 namespace typemesh {
 
+// A lock whose waiters yield the core instead of sleeping, for state that
+// every device of a transfer takes in turn for well under a microsecond (an
+// exchange's board, the registry of boards). With 8 device threads on 2
+// cores, a thread that found a std::mutex taken slept in the kernel until
+// the holder's unlock woke it, which cost more than the critical section:
+// conversions of 1 MiB took 10-30% longer (docs/performance.md). Never held
+// across a wait (basic_watched_condition releases it).
+class yielding_mutex {
+ public:
+  void lock() noexcept {
+    while (locked_.exchange(true, std::memory_order_acquire)) {
+      while (locked_.load(std::memory_order_relaxed)) std::this_thread::yield();
+    }
+  }
+  bool try_lock() noexcept { return !locked_.exchange(true, std::memory_order_acquire); }
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
+
 // A condition variable whose waiters first watch a count of its changes,
 // yielding the core in a loop, and sleep only when nothing has changed for
 // `watch`. With 8 device threads on 2 cores, a thread that sleeps and is
@@ -67,7 +89,10 @@ namespace typemesh {
 // and the change a device waits for (a message, a peer's arrival) usually
 // comes as soon as the threads queued before it on its core have run. The
 // helpers of a device's kernels watch the same way (host/thread_pool.hpp).
-class watched_condition {
+// Mutex: std::mutex, or yielding_mutex (then with std::condition_variable_any
+// for the sleeps that follow a long watch).
+template <class Mutex>
+class basic_watched_condition {
  public:
   using clock = std::chrono::steady_clock;
   // How long a wait watches before it sleeps: waits within a step's
@@ -98,7 +123,7 @@ class watched_condition {
   // Under lk: returns after a change (marked from now on), or at `until`
   // at the latest, or spuriously; callers check again. Watches until
   // `watch_until` (the wait's start + watch), then sleeps.
-  void wait(std::unique_lock<std::mutex>& lk, clock::time_point watch_until,
+  void wait(std::unique_lock<Mutex>& lk, clock::time_point watch_until,
             clock::time_point until = clock::time_point::max()) {
     const std::uint64_t seen = changes_.load(std::memory_order_relaxed);
     if (const auto end = std::min(watch_until, until); clock::now() < end) {
@@ -114,7 +139,7 @@ class watched_condition {
   // read without the lock, rather than every change marked here, so that
   // waiters for different things do not all take the lock at each change.
   template <class Changed>
-  void wait_watching(std::unique_lock<std::mutex>& lk, Changed changed, clock::time_point watch_until,
+  void wait_watching(std::unique_lock<Mutex>& lk, Changed changed, clock::time_point watch_until,
                      clock::time_point until = clock::time_point::max()) {
     if (const auto end = std::min(watch_until, until); clock::now() < end) {
       lk.unlock();
@@ -127,14 +152,15 @@ class watched_condition {
   }
   // Sleeps until pred() holds, without watching: the error paths.
   template <class Pred>
-  void wait_until_true(std::unique_lock<std::mutex>& lk, Pred pred) {
+  void wait_until_true(std::unique_lock<Mutex>& lk, Pred pred) {
     cv_.wait(lk, pred);
   }
 
  private:
-  std::condition_variable cv_;
+  std::conditional_t<std::is_same_v<Mutex, std::mutex>, std::condition_variable, std::condition_variable_any> cv_;
   std::atomic<std::uint64_t> changes_{0};
 };
+using watched_condition = basic_watched_condition<std::mutex>;
 
 class host_world {
  public:
@@ -430,8 +456,8 @@ class host_world {
       std::atomic<int> untaken{0}, reading{0};
       std::unique_ptr<std::byte[]> owned;
     };
-    std::mutex m;
-    watched_condition changed;
+    yielding_mutex m;
+    basic_watched_condition<yielding_mutex> changed;
     const std::vector<int> members;
     std::string what;  // the transfer, as the first member to arrive names it
     int first = -1;
@@ -545,7 +571,7 @@ class host_world {
  private:
   // Reads every sender's source as soon as it is shown, in that order.
   template <class Index>
-  void read_shown(std::unique_lock<std::mutex>& lk, board& b, int me, const exchange_side& side, Index index) {
+  void read_shown(std::unique_lock<yielding_mutex>& lk, board& b, int me, const exchange_side& side, Index index) {
     std::vector<int> pending;
     for (auto [sender, count] : side.senders) pending.push_back(sender);
     std::vector<std::pair<int, bool>> now_reading;  // sender, counted as reading
@@ -618,7 +644,7 @@ class host_world {
   // read it, or it is copied out for the readers that have not taken it
   // within source_grace (busy elsewhere), have finished or the run is failing.
   // Reading waits for nothing, so a reader being read for is waited for.
-  void settle_shown(std::unique_lock<std::mutex>& lk, board& b, board::shown& mine) noexcept {
+  void settle_shown(std::unique_lock<yielding_mutex>& lk, board& b, board::shown& mine) noexcept {
     const auto start = std::chrono::steady_clock::now();
     const auto grace = start + source_grace, watch_until = start + watched_condition::watch;
     for (;;) {
@@ -661,7 +687,7 @@ class host_world {
   mutable std::mutex abort_mutex_;
   std::string abort_reason_;
 
-  mutable std::mutex registry_mutex_;
+  mutable yielding_mutex registry_mutex_;
   std::map<std::vector<int>, std::unique_ptr<rendezvous>> groups_;
   // Exchanges some member is still in, or whose sources some reader never took.
   std::map<std::pair<std::vector<int>, std::uint64_t>, std::shared_ptr<board>> boards_;
