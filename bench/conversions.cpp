@@ -63,6 +63,17 @@
 // over the repetitions. The memcpy reference and the plan-only time are
 // measured the same way, in the same launch.
 //
+// The floor: what a conversion would cost with nothing but its copies. Every
+// device copies its pieces of the plan with the conversion's own copy
+// function (typemesh::detail::copy_piece, the same kernels) from the other
+// devices' source slices into a target slice kept from the warm-up, and
+// waits only as the exchange must: for each source it reads to be ready (a
+// flag per device and repetition, set as it starts) and, before it ends,
+// for its readers to have read its own (a second flag). No plan lookup, no
+// allocation, no meeting place, no locks. `of floor` = floor / time says
+// what share of a conversion's time its copies and these waits take; the
+// rest is the transfer's own machinery.
+//
 // Plan only: the part of the conversion that decides who sends what. Every
 // device of either mesh calls typemesh::detail::plan_of, exactly as
 // typemesh::transfer does on every call: it builds the two
@@ -74,8 +85,9 @@
 // Checks (the only thing the ctest smoke test bench.conversions_quick relies
 // on; it never asserts on time): the warm-up result exported with
 // typemesh::export_tensor equals the original on every device of the target
-// mesh (and is empty elsewhere); each device's received bytes equal what the
-// plan says it receives; every timed repetition moves the same bytes again.
+// mesh (and is empty elsewhere), and so does the floor's target after its
+// repetitions; each device's received bytes equal what the plan says it
+// receives; every timed repetition moves the same bytes again.
 // A failure makes the program exit with status 1.
 //
 // Columns:
@@ -98,6 +110,9 @@
 //             the bytes it writes)
 //   ratio w   memcpy w / time (1.0 = the conversion writes its target slices
 //             as fast as memcpy)
+//   floor     median time of the floor (above)
+//   of floor  floor / time (1.0 = the transfer costs nothing beyond its
+//             copies and the waits they need)
 //   pieces    boxes in the transfer plan (local copies included)
 //   plan      median time of the plan only (its lookup)
 //   plan%     plan / time
@@ -115,6 +130,7 @@
 //                    [32, 8 per MiB, 1024]. Not with --quick.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -125,6 +141,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -233,7 +250,11 @@ struct shared_state {
   int plan_inner = 1;
   std::size_t pieces = 0;
   std::string from, to;  // the tensors' descriptions, from device 0
-  timing conversion, reference, reference_written, plan;
+  timing conversion, reference, reference_written, floor, plan;
+  // The floor's: each device's source slice, and the repetition each device
+  // has shown its source for and finished reading in.
+  std::array<const void*, devices> sources{};
+  std::array<std::atomic<int>, devices> shown{}, read{};
   first_failure failure;
 };
 
@@ -241,7 +262,7 @@ struct row {
   std::string name, note;
   std::uint64_t total = 0, max_received = 0, max_written = 0;
   std::size_t pieces = 0;
-  timing conversion, reference, reference_written, plan;
+  timing conversion, reference, reference_written, floor, plan;
   int plan_inner = 1;
   std::string from, to;
 };
@@ -328,7 +349,7 @@ row run_case(const options& opt, std::string name, const Shape& s, const From& f
         // How many plans make one repetition of about opt.plan_rep_s.
         const int probe = 16;
         const auto t0 = clock_type::now();
-        for (int i = 0; i < probe; ++i) touch(look_up_plan()->pieces.data());
+        for (int i = 0; i < probe; ++i) touch(look_up_plan()->plan.pieces.data());
         const double each = std::chrono::duration<double>(clock_type::now() - t0).count() / probe;
         sh.plan_inner = static_cast<int>(std::clamp(opt.plan_rep_s / std::max(each, 1e-9), 1.0, 100'000.0));
       }
@@ -352,6 +373,47 @@ row run_case(const options& opt, std::string name, const Shape& s, const From& f
     const timing ref_written = reference(written);
     if (me == 0) sh.reference_written = ref_written;
 
+    // The floor: the conversion's copies with only the waits they need.
+    {
+      Y kept = convert(x, to);
+      const auto planned = typemesh::detail::plan_of<typename Y::layout_type>(x, to);
+      const auto& route = planned->route;
+      const typemesh::detail::local_slice<const T, rank> in{std::as_const(x).data(), x.slice()};
+      const bool shares = typemesh::detail::kept_in_place(route, in) >= 0;
+      // Written only where the target does not share the source's elements
+      // (then it receives nothing and keeps its part in place).
+      const typemesh::detail::local_slice<T, rank> out{shares ? nullptr : kept.data(), kept.slice()};
+      sh.sources[me] = in.data;
+      sh.shown[me] = 0;
+      sh.read[me] = 0;
+      b.barrier();
+      int rep = 0;
+      const timing f = b.time_it([&] {
+        ++rep;
+        sh.shown[me].store(rep, std::memory_order_release);
+        if (!shares) {
+          for (auto* p : route.kept) typemesh::detail::copy_piece(x.space(), in.data, in.region_of(p->region), out, p->region);
+        }
+        for (const auto& [sender, pieces] : route.receives) {
+          while (sh.shown[sender].load(std::memory_order_acquire) < rep) std::this_thread::yield();
+          const typemesh::detail::local_slice<const T, rank> theirs{static_cast<const T*>(sh.sources[sender]),
+                                                                   pieces[0]->source};
+          for (auto* p : pieces) {
+            typemesh::detail::copy_piece(x.space(), theirs.data, theirs.region_of(p->region), out, p->region);
+          }
+        }
+        sh.read[me].store(rep, std::memory_order_release);
+        for (int reader : route.readers) {
+          while (sh.read[reader].load(std::memory_order_acquire) < rep) std::this_thread::yield();
+        }
+      });
+      if (me == 0) sh.floor = f;
+      auto back = typemesh::export_tensor(kept);
+      if (!(to.contains(me) ? back == whole : back.empty())) {
+        b.fail("device " + std::to_string(me) + ": " + name + ": the floor's target does not export to the original");
+      }
+    }
+
     // The conversion.
     const std::uint64_t before = dev.traffic().bytes_received();
     const timing t = b.time_it([&] { return convert(x, to); });
@@ -367,7 +429,7 @@ row run_case(const options& opt, std::string name, const Shape& s, const From& f
     const int inner = sh.plan_inner;
     const timing p = b.time_it(
         [&] {
-          if (takes_part) touch(look_up_plan()->pieces.data());
+          if (takes_part) touch(look_up_plan()->plan.pieces.data());
         },
         inner);
     if (me == 0) sh.plan = p;
@@ -382,6 +444,7 @@ row run_case(const options& opt, std::string name, const Shape& s, const From& f
   r.conversion = sh.conversion;
   r.reference = sh.reference;
   r.reference_written = sh.reference_written;
+  r.floor = sh.floor;
   r.plan = sh.plan;
   r.plan_inner = sh.plan_inner;
   r.from = sh.from;
@@ -408,6 +471,10 @@ void print_legend(const options& opt) {
       "  memcpy w  median time of the 8 devices each memcpy-ing as many bytes as it\n"
       "            writes, at once: the floor of any conversion into a new tensor\n"
       "  ratio w   memcpy w / time (what the 0.8 target reads on one host: docs/performance.md)\n"
+      "  floor     median time of the conversion's own copies between the same slices, each\n"
+      "            device waiting only for the sources it reads and for its readers (flags):\n"
+      "            no plan lookup, allocation, meeting place or locks\n"
+      "  of floor  floor / time (1.0 = the transfer costs nothing beyond its copies)\n"
       "  pieces    boxes in the transfer plan (local copies included)\n"
       "  plan      median time of getting the transfer plan on every device of either mesh\n"
       "            at once, as transfer() does on each call: runtime_placement::of x2 and a\n"
@@ -418,9 +485,9 @@ void print_legend(const options& opt) {
 }
 
 void print_header() {
-  std::printf("%-5s %10s %10s %5s %11s %8s %11s %9s %6s %10s %11s %7s %6s %10s %6s\n", "case", "total", "max recv",
-              "reps", "time", "recv/s", "memcpy", "memcpy/s", "ratio", "written", "memcpy w", "ratio w", "pieces",
-              "plan", "plan%");
+  std::printf("%-5s %10s %10s %5s %11s %8s %11s %9s %6s %10s %11s %7s %11s %8s %6s %10s %6s\n", "case", "total",
+              "max recv", "reps", "time", "recv/s", "memcpy", "memcpy/s", "ratio", "written", "memcpy w", "ratio w",
+              "floor", "of floor", "pieces", "plan", "plan%");
 }
 
 void print_row(const row& r) {
@@ -431,13 +498,13 @@ void print_row(const row& r) {
   if (r.max_written > 0) {
     std::snprintf(written_text, sizeof written_text, "%.3f", r.reference_written.median_s / r.conversion.median_s);
   }
-  std::printf("%-5s %10s %10s %5d %11s %8s %11s %9s %6s %10s %11s %7s %6zu %10s %5.1f%%\n", r.name.c_str(),
-              human_bytes(static_cast<double>(r.total)).c_str(), human_bytes(mr).c_str(), r.conversion.reps,
-              human_time(r.conversion.median_s).c_str(), rate(mr, r.conversion.median_s).c_str(),
+  std::printf("%-5s %10s %10s %5d %11s %8s %11s %9s %6s %10s %11s %7s %11s %8.3f %6zu %10s %5.1f%%\n",
+              r.name.c_str(), human_bytes(static_cast<double>(r.total)).c_str(), human_bytes(mr).c_str(),
+              r.conversion.reps, human_time(r.conversion.median_s).c_str(), rate(mr, r.conversion.median_s).c_str(),
               human_time(r.reference.median_s).c_str(), rate(mr, r.reference.median_s).c_str(), ratio_text,
               human_bytes(static_cast<double>(r.max_written)).c_str(), human_time(r.reference_written.median_s).c_str(),
-              written_text, r.pieces, human_time(r.plan.median_s).c_str(),
-              100.0 * r.plan.median_s / r.conversion.median_s);
+              written_text, human_time(r.floor.median_s).c_str(), r.floor.median_s / r.conversion.median_s, r.pieces,
+              human_time(r.plan.median_s).c_str(), 100.0 * r.plan.median_s / r.conversion.median_s);
   std::fflush(stdout);
 }
 

@@ -64,25 +64,6 @@ struct local_slice {
   }
 };
 
-// Where this device's target slice starts in its source slice (in elements),
-// when the plan keeps the whole target slice from there as one contiguous run,
-// and that run is at least half the source slice; else -1. Such a target
-// shares the source's elements (copy on write, as tensor copies do) and
-// nothing is copied into it: a pipeline's backward move, whose first stage
-// keeps half of what it held. The half bounds the memory a small target keeps
-// alive with its source's elements.
-template <class T, std::size_t Rank>
-std::int64_t kept_in_place(const transfer_plan<Rank>& plan, int me, const local_slice<const T, Rank>& in) {
-  const transfer_piece<Rank>* kept = nullptr;
-  for (const auto& p : plan.pieces) {
-    if (p.to != me) continue;
-    if (p.from != me || kept) return -1;
-    kept = &p;
-  }
-  if (!kept || 2 * kept->region.elements() < in.slice.elements()) return -1;
-  return in.contiguous_offset(kept->region);
-}
-
 // A transfer none of whose pairs moves this many bytes sends messages even
 // on host threads: a buffered send lets the sender go on at once (a
 // pipeline's first stage runs ahead of its second), where an exchange makes
@@ -92,26 +73,121 @@ std::int64_t kept_in_place(const transfer_plan<Rank>& plan, int me, const local_
 // transfer").
 inline constexpr std::int64_t exchange_bytes = std::int64_t(16) << 10;
 
-// Whether some pair of devices moves exchange_bytes or more in `plan`: the
-// same answer on every device.
+// Device `me`'s part of a plan, grouped as run_transfer moves it. Made once
+// with the plan (plan_of), not on every call: grouping the pieces into maps
+// took 1-2 us a call on each device, and with 8 device threads on 2 cores
+// every microsecond a device spends before it shows its source is one the
+// others wait (docs/performance.md, "What a 1 MiB conversion spends").
 template <std::size_t Rank>
-bool has_large_pair(const transfer_plan<Rank>& plan, std::size_t element_bytes) {
-  std::map<std::pair<int, int>, std::int64_t> bytes;
-  for (const auto& p : plan.pieces) {
-    if (p.from == p.to) continue;
-    auto& b = bytes[{p.from, p.to}];
-    b += p.region.elements() * static_cast<std::int64_t>(element_bytes);
-    if (b >= exchange_bytes) return true;
+struct transfer_route {
+  using piece_list = std::vector<const transfer_piece<Rank>*>;
+  std::vector<std::pair<int, piece_list>> sends, receives;  // by peer, ascending; pieces in plan order
+  piece_list kept;                                          // from this device to itself
+  std::vector<int> members;                 // the devices between which pieces cross, ascending
+  std::vector<int> readers;                 // the peers of `sends`
+  std::vector<std::size_t> read_counts;     // the elements each of them takes
+  std::vector<std::pair<int, std::size_t>> senders;  // the peers of `receives`, with their elements
+  // Some pair of devices moves exchange_bytes or more: the same on every device.
+  bool large = false;
+
+  const piece_list& received_from(int sender) const {
+    for (const auto& [peer, pieces] : receives)
+      if (peer == sender) return pieces;
+    throw error(cat("device ", sender, " sends this device nothing in this transfer"));
   }
-  return false;
+};
+
+template <std::size_t Rank>
+transfer_route<Rank> route_of(const transfer_plan<Rank>& plan, int me, std::size_t element_bytes) {
+  transfer_route<Rank> r;
+  std::map<int, typename transfer_route<Rank>::piece_list> to_send, to_receive;
+  std::map<std::pair<int, int>, std::int64_t> pair_bytes;
+  for (const auto& p : plan.pieces) {
+    if (p.from == p.to) {
+      if (p.from == me) r.kept.push_back(&p);
+      continue;
+    }
+    if (p.from == me) to_send[p.to].push_back(&p);
+    if (p.to == me) to_receive[p.from].push_back(&p);
+    r.members.push_back(p.from);
+    r.members.push_back(p.to);
+    auto& b = pair_bytes[{p.from, p.to}];
+    b += p.region.elements() * static_cast<std::int64_t>(element_bytes);
+    if (b >= exchange_bytes) r.large = true;
+  }
+  std::sort(r.members.begin(), r.members.end());
+  r.members.erase(std::unique(r.members.begin(), r.members.end()), r.members.end());
+  auto elements = [](const auto& pieces) {
+    std::size_t n = 0;
+    for (auto* p : pieces) n += static_cast<std::size_t>(p->region.elements());
+    return n;
+  };
+  for (auto& [peer, pieces] : to_send) {
+    r.readers.push_back(peer);
+    r.read_counts.push_back(elements(pieces));
+    r.sends.emplace_back(peer, std::move(pieces));
+  }
+  for (auto& [peer, pieces] : to_receive) {
+    r.senders.emplace_back(peer, elements(pieces));
+    r.receives.emplace_back(peer, std::move(pieces));
+  }
+  return r;
 }
+
+// A plan with one device's route through it (which points into the plan).
+template <std::size_t Rank>
+struct routed_plan {
+  routed_plan(transfer_plan<Rank> p, int me, std::size_t element_bytes)
+      : plan(std::move(p)), route(route_of(plan, me, element_bytes)) {}
+  routed_plan(const routed_plan&) = delete;
+  routed_plan& operator=(const routed_plan&) = delete;
+
+  const transfer_plan<Rank> plan;
+  const transfer_route<Rank> route;
+};
 
 // From this many bytes a host target slice is on 2 MiB pages and written
 // with non-temporal stores; from half of it, its contiguous pieces only
-// (run_transfer).
+// (copy_piece).
 inline constexpr auto stream_bytes = static_cast<std::int64_t>(backend::host_large_block_bytes);
 
-// Moves the pieces of `plan` from `in` (this device's source slice) into
+// Where this device's target slice starts in its source slice (in elements),
+// when the plan keeps the whole target slice from there as one contiguous run,
+// and that run is at least half the source slice; else -1. Such a target
+// shares the source's elements (copy on write, as tensor copies do) and
+// nothing is copied into it: a pipeline's backward move, whose first stage
+// keeps half of what it held. The half bounds the memory a small target keeps
+// alive with its source's elements.
+template <class T, std::size_t Rank>
+std::int64_t kept_in_place(const transfer_route<Rank>& route, const local_slice<const T, Rank>& in) {
+  if (!route.receives.empty() || route.kept.size() != 1) return -1;
+  const transfer_piece<Rank>& kept = *route.kept[0];
+  if (2 * kept.region.elements() < in.slice.elements()) return -1;
+  return in.contiguous_offset(kept.region);
+}
+
+// Copies piece `global` (a box of the tensor) from src, where it is at
+// `from`, into its place in the target slice `out`. A host target slice of
+// stream_bytes or more is written with stores that bypass the caches
+// (backend::stream_box): it does not stay in a core's cache anyway, and its
+// lines are then not read in before being overwritten, a third of a copy's
+// memory traffic. Between half of that and stream_bytes a slice has 4 KiB
+// pages (backend/storage.hpp), and only pieces that land in one contiguous
+// run stream: scattered rows of non-temporal stores a page apart ran at a
+// third of memcpy's speed there.
+template <class Space, class T, std::size_t Rank>
+void copy_piece(Space s, const T* src, const backend::region<Rank>& from, const local_slice<T, Rank>& out,
+                const box<Rank>& global) {
+  const auto to = out.region_of(global);
+  if constexpr (std::is_same_v<Space, host_space>) {
+    const std::int64_t out_bytes = out.slice.elements() * std::int64_t(sizeof(T));
+    if (out_bytes >= stream_bytes || (out_bytes >= stream_bytes / 2 && out.contiguous_offset(global) >= 0))
+      return backend::stream_box(s, src, from, out.data, to, global.extent);
+  }
+  backend::copy_box(s, src, from, out.data, to, global.extent);
+}
+
+// Moves this device's pieces (`route`) from `in` (its source slice) into
 // `out` (its target slice), both in the memory of Space. Compiled once per
 // space, element type and rank. With `kept_shared` the target shares the
 // source's elements (kept_in_place), so this device only sends.
@@ -124,70 +200,34 @@ inline constexpr auto stream_bytes = static_cast<std::int64_t>(backend::host_lar
 // once, and each device meets the others once, not once per pair (case 2 of
 // typemesh-bench-conversions at 1 MiB: 160-170 us with a loan per pair,
 // 85-97 us in one exchange; docs/performance.md). It returns once its slice
-// is no longer read. A host target slice of stream_bytes or more is written
-// with stores that bypass the caches (backend::stream_box): it does not stay
-// in a core's cache anyway, and its lines are then not read in before being
-// overwritten, a third of a copy's memory traffic. Between half of that and
-// stream_bytes a slice has 4 KiB pages (backend/storage.hpp), and only
-// pieces that land in one contiguous run stream: scattered rows of
-// non-temporal stores a page apart ran at a third of memcpy's speed there.
-// Otherwise each device packs the pieces it sends to a peer into one
-// message and unpacks what it receives.
+// is no longer read. Otherwise each device packs the pieces it sends to a
+// peer into one message and unpacks what it receives.
 template <class Space, class T, std::size_t Rank>
-void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& plan, local_slice<const T, Rank> in,
+void run_transfer(Space s, const std::string& what, const transfer_route<Rank>& route, local_slice<const T, Rank> in,
                   local_slice<T, Rank> out, bool kept_shared = false) {
   device& dev = this_device();
-  const int me = dev.id();
-  std::int64_t out_bytes = 0;
-  if constexpr (std::is_same_v<Space, host_space>) out_bytes = out.slice.elements() * std::int64_t(sizeof(T));
   // Into the target slice, piece `global` (its box in the tensor).
   auto copy = [&](const T* src, const backend::region<Rank>& from, const box<Rank>& global) {
-    const auto to = out.region_of(global);
-    if constexpr (std::is_same_v<Space, host_space>) {
-      if (out_bytes >= stream_bytes || (out_bytes >= stream_bytes / 2 && out.contiguous_offset(global) >= 0))
-        return backend::stream_box(s, src, from, out.data, to, global.extent);
-    }
-    backend::copy_box(s, src, from, out.data, to, global.extent);
+    copy_piece(s, src, from, out, global);
   };
   auto packed = [](const box<Rank>& b) { return backend::region<Rank>{b.extent, {}}; };
-
-  std::map<int, std::vector<const transfer_piece<Rank>*>> to_send, to_receive;
-  for (const auto& p : plan.pieces) {
-    if (p.from == me && p.to != me) to_send[p.to].push_back(&p);
-    if (p.to == me && p.from != me) to_receive[p.from].push_back(&p);
-  }
   auto total = [](const auto& pieces) {
     std::int64_t n = 0;
     for (auto* p : pieces) n += p->region.elements();
     return n;
   };
   auto keep = [&] {
-    for (const auto& p : plan.pieces) {
-      if (p.from == me && p.to == me && !kept_shared) copy(in.data, in.region_of(p.region), p.region);
-    }
+    if (kept_shared) return;
+    for (auto* p : route.kept) copy(in.data, in.region_of(p->region), p->region);
   };
 
   if constexpr (std::is_same_v<Space, host_space>) {
-    if (dev.exchanges() && has_large_pair(plan, sizeof(T))) {
-      if (to_send.empty() && to_receive.empty()) return keep();
-      std::vector<int> members, readers;
-      std::vector<std::size_t> counts;
-      std::vector<std::pair<int, std::size_t>> senders;
-      for (const auto& p : plan.pieces) {
-        if (p.from == p.to) continue;
-        members.push_back(p.from);
-        members.push_back(p.to);
-      }
-      std::sort(members.begin(), members.end());
-      members.erase(std::unique(members.begin(), members.end()), members.end());
-      for (const auto& [peer, pieces] : to_send) {
-        readers.push_back(peer);
-        counts.push_back(static_cast<std::size_t>(total(pieces)));
-      }
-      for (const auto& [peer, pieces] : to_receive) senders.emplace_back(peer, static_cast<std::size_t>(total(pieces)));
-      dev.exchange_shared<T>(what, members, std::span<const T>(in.data, static_cast<std::size_t>(in.slice.elements())),
-                             readers, counts, senders, [&](int sender, const T* theirs) {
-                               const auto& pieces = to_receive[sender];
+    if (dev.exchanges() && route.large) {
+      if (route.sends.empty() && route.receives.empty()) return keep();
+      dev.exchange_shared<T>(what, route.members,
+                             std::span<const T>(in.data, static_cast<std::size_t>(in.slice.elements())), route.readers,
+                             route.read_counts, route.senders, [&](int sender, const T* theirs) {
+                               const auto& pieces = route.received_from(sender);
                                const local_slice<const T, Rank> from{theirs, pieces[0]->source};
                                for (auto* p : pieces) copy(from.data, from.region_of(p->region), p->region);
                              }, keep);
@@ -196,7 +236,7 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
   }
   // Outgoing: one message per destination, pieces in plan order. A single
   // piece that is contiguous in the slice goes without staging.
-  for (const auto& [peer, pieces] : to_send) {
+  for (const auto& [peer, pieces] : route.sends) {
     if (std::int64_t at = pieces.size() == 1 ? in.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
       dev.send_labelled(what, peer, backend::span_of(s, in.data + at, pieces[0]->region.elements()));
       continue;
@@ -213,7 +253,7 @@ void run_transfer(Space s, const std::string& what, const transfer_plan<Rank>& p
   keep();
 
   // Incoming, in the senders' order: unstaged when contiguous, as above.
-  for (const auto& [peer, pieces] : to_receive) {
+  for (const auto& [peer, pieces] : route.receives) {
     if (std::int64_t at = pieces.size() == 1 ? out.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
       dev.recv_labelled(what, peer, backend::span_of(s, out.data + at, pieces[0]->region.elements()));
       continue;
@@ -242,18 +282,20 @@ std::string transfer_description(std::string_view op, const X& x, const M2& to) 
   });
 }
 
-// The plan moving x's elements onto `to` under NewLayout, made once per
-// thread for each shape and pair of placements (memo.hpp).
+// The plan moving x's elements onto `to` under NewLayout, with x's device's
+// route through it, made once per thread for each device, shape and pair of
+// placements (memo.hpp).
 template <class NewLayout, class T, class S, class L, class M, class M2>
-std::shared_ptr<const transfer_plan<S::rank>> plan_of(const tensor<T, S, L, M>& x, const M2& to) {
+std::shared_ptr<const routed_plan<S::rank>> plan_of(const tensor<T, S, L, M>& x, const M2& to) {
   constexpr std::size_t rank = S::rank;
   using placement = runtime_placement<rank>;
-  using key = std::tuple<std::array<std::int64_t, rank>, placement, placement>;
-  thread_local per_thread_memo<key, std::shared_ptr<const transfer_plan<rank>>> plans;
-  key k{x.shape().sizes(), placement::template of<typename tensor<T, S, L, M>::geometry>(x.mesh()),
+  using key = std::tuple<int, std::array<std::int64_t, rank>, placement, placement>;
+  thread_local per_thread_memo<key, std::shared_ptr<const routed_plan<rank>>> plans;
+  key k{x.device(), x.shape().sizes(), placement::template of<typename tensor<T, S, L, M>::geometry>(x.mesh()),
         placement::template of<typename tensor<T, S, NewLayout, M2>::geometry>(to)};
   return plans.get(k, [&] {
-    return std::make_shared<const transfer_plan<rank>>(make_transfer_plan<rank>(std::get<0>(k), std::get<1>(k), std::get<2>(k)));
+    return std::make_shared<const routed_plan<rank>>(
+        make_transfer_plan<rank>(std::get<1>(k), std::get<2>(k), std::get<3>(k)), x.device(), sizeof(T));
   });
 }
 
@@ -281,17 +323,17 @@ tensor<T, S, NewLayout, M2> transfer_as(const std::string& what, const tensor<T,
     const int me = x.device();
     // Uninitialised: the plan's pieces tile every target slice (transfer_plan.hpp).
     if (!x.mesh().contains(me) && !to.contains(me)) return with_gradient(out_t(to, x.shape(), uninitialized), x, what);
-    const auto plan_ptr = plan_of<NewLayout>(x, to);
-    const transfer_plan<rank>& plan = *plan_ptr;
+    const auto planned = plan_of<NewLayout>(x, to);
+    const transfer_route<rank>& route = planned->route;
     if constexpr (std::is_same_v<space_of<M>, space_of<M2>>) {
       const local_slice<const T, rank> in{x.data(), x.slice()};
-      if (const std::int64_t at = kept_in_place(plan, me, in); at >= 0) {
+      if (const std::int64_t at = kept_in_place(route, in); at >= 0) {
         out_t out = out_t::sharing_part_of(x, to, x.shape(), at);
-        run_transfer<space_of<M>, T, rank>(x.space(), what, plan, in, {nullptr, out.slice()}, true);
+        run_transfer<space_of<M>, T, rank>(x.space(), what, route, in, {nullptr, out.slice()}, true);
         return with_gradient(std::move(out), x, what);
       }
       out_t out(to, x.shape(), uninitialized);
-      run_transfer<space_of<M>, T, rank>(x.space(), what, plan, in, {out.data(), out.slice()});
+      run_transfer<space_of<M>, T, rank>(x.space(), what, route, in, {out.data(), out.slice()});
       return with_gradient(std::move(out), x, what);
     } else {
       out_t out(to, x.shape(), uninitialized);
@@ -299,7 +341,7 @@ tensor<T, S, NewLayout, M2> transfer_as(const std::string& what, const tensor<T,
       // first copied into the target's memory, then moved as within it.
       backend::storage<T, space_of<M2>> source(static_cast<std::size_t>(x.local_size()));
       backend::copy_elements(out.space(), backend::view(source).data(), x.space(), x.data(), source.size());
-      run_transfer<space_of<M2>, T, rank>(out.space(), what, plan, {backend::view(source).data(), x.slice()},
+      run_transfer<space_of<M2>, T, rank>(out.space(), what, route, {backend::view(source).data(), x.slice()},
                                          {out.data(), out.slice()});
       return with_gradient(std::move(out), x, what);
     }
