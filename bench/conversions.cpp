@@ -65,7 +65,7 @@
 //
 // The floor: what a conversion would cost with nothing but its copies. Every
 // device copies its pieces of the plan with the conversion's own copy
-// function (typemesh::detail::copy_piece, the same kernels) from the other
+// function (typemesh::detail::copy_pieces, the same kernels) from the other
 // devices' source slices into a target slice kept from the warm-up, and
 // waits only as the exchange must: for each source it reads to be ready (a
 // flag per device and repetition, set as it starts) and, before it ends,
@@ -391,16 +391,10 @@ row run_case(const options& opt, std::string name, const Shape& s, const From& f
       const timing f = b.time_it([&] {
         ++rep;
         sh.shown[me].store(rep, std::memory_order_release);
-        if (!shares) {
-          for (auto* p : route.kept) typemesh::detail::copy_piece(x.space(), in.data, in.region_of(p->region), out, p->region);
-        }
+        if (!shares) typemesh::detail::copy_pieces(x.space(), in.data, route.kept, out);
         for (const auto& [sender, pieces] : route.receives) {
           while (sh.shown[sender].load(std::memory_order_acquire) < rep) std::this_thread::yield();
-          const typemesh::detail::local_slice<const T, rank> theirs{static_cast<const T*>(sh.sources[sender]),
-                                                                   pieces[0]->source};
-          for (auto* p : pieces) {
-            typemesh::detail::copy_piece(x.space(), theirs.data, theirs.region_of(p->region), out, p->region);
-          }
+          typemesh::detail::copy_pieces(x.space(), static_cast<const T*>(sh.sources[sender]), pieces, out);
         }
         sh.read[me].store(rep, std::memory_order_release);
         for (int reader : route.readers) {

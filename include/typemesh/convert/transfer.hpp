@@ -187,6 +187,16 @@ void copy_piece(Space s, const T* src, const backend::region<Rank>& from, const 
   backend::copy_box(s, src, from, out.data, to, global.extent);
 }
 
+// Copies `pieces`, all from one source slice whose elements start at src
+// (this device's own, or a sender's in an exchange), into the target slice.
+template <class Space, class T, std::size_t Rank>
+void copy_pieces(Space s, const T* src, const typename transfer_route<Rank>::piece_list& pieces,
+                 const local_slice<T, Rank>& out) {
+  if (pieces.empty()) return;
+  const local_slice<const T, Rank> from{src, pieces[0]->source};
+  for (auto* p : pieces) copy_piece(s, src, from.region_of(p->region), out, p->region);
+}
+
 // Moves this device's pieces (`route`) from `in` (its source slice) into
 // `out` (its target slice), both in the memory of Space. Compiled once per
 // space, element type and rank. With `kept_shared` the target shares the
@@ -206,10 +216,6 @@ template <class Space, class T, std::size_t Rank>
 void run_transfer(Space s, const std::string& what, const transfer_route<Rank>& route, local_slice<const T, Rank> in,
                   local_slice<T, Rank> out, bool kept_shared = false) {
   device& dev = this_device();
-  // Into the target slice, piece `global` (its box in the tensor).
-  auto copy = [&](const T* src, const backend::region<Rank>& from, const box<Rank>& global) {
-    copy_piece(s, src, from, out, global);
-  };
   auto packed = [](const box<Rank>& b) { return backend::region<Rank>{b.extent, {}}; };
   auto total = [](const auto& pieces) {
     std::int64_t n = 0;
@@ -217,8 +223,7 @@ void run_transfer(Space s, const std::string& what, const transfer_route<Rank>& 
     return n;
   };
   auto keep = [&] {
-    if (kept_shared) return;
-    for (auto* p : route.kept) copy(in.data, in.region_of(p->region), p->region);
+    if (!kept_shared) copy_pieces(s, in.data, route.kept, out);
   };
 
   if constexpr (std::is_same_v<Space, host_space>) {
@@ -227,9 +232,7 @@ void run_transfer(Space s, const std::string& what, const transfer_route<Rank>& 
       dev.exchange_shared<T>(what, route.members,
                              std::span<const T>(in.data, static_cast<std::size_t>(in.slice.elements())), route.readers,
                              route.read_counts, route.senders, [&](int sender, const T* theirs) {
-                               const auto& pieces = route.received_from(sender);
-                               const local_slice<const T, Rank> from{theirs, pieces[0]->source};
-                               for (auto* p : pieces) copy(from.data, from.region_of(p->region), p->region);
+                               copy_pieces(s, theirs, route.received_from(sender), out);
                              }, keep);
       return;
     }
@@ -262,7 +265,7 @@ void run_transfer(Space s, const std::string& what, const transfer_route<Rank>& 
     dev.recv_labelled(what, peer, backend::span_of(s, message.data(), message.size()));
     const T* at = message.data();
     for (auto* p : pieces) {
-      copy(at, packed(p->region), p->region);
+      copy_piece(s, at, packed(p->region), out, p->region);
       at += p->region.elements();
     }
   }

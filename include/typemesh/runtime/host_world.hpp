@@ -74,7 +74,6 @@ class yielding_mutex {
       while (locked_.load(std::memory_order_relaxed)) std::this_thread::yield();
     }
   }
-  bool try_lock() noexcept { return !locked_.exchange(true, std::memory_order_acquire); }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
  private:
