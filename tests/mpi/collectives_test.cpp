@@ -551,12 +551,15 @@ TEST(MpiLabels, ALabelGoesWithoutItsTextOnceItsReceiverHasIt) {
   const auto first = L::encode(L::identity_of(op), 0, 256, dtype::f32, op);
   const auto second = L::encode(L::identity_of(op), 1, 256, dtype::f32, op);
   const auto other = L::encode(L::identity_of("another op"), 2, 256, dtype::f32, "another op");
-  EXPECT_FALSE(state.sends_header_only(1, first.data(), 1024));  // the first time: whole
-  EXPECT_TRUE(state.sends_header_only(1, second.data(), 1024));
-  EXPECT_FALSE(state.sends_header_only(2, second.data(), 1024));  // another device
-  EXPECT_FALSE(state.sends_header_only(1, other.data(), 1024));   // another operation
-  EXPECT_FALSE(state.sends_header_only(1, second.data(), 3800));  // beyond one eager message
-  const auto header = L::header_of(second.data());
+  const auto id = L::identity_at(first.data());
+  EXPECT_FALSE(state.sends_header_only(1, id, 1024));  // the first time: whole
+  EXPECT_TRUE(state.sends_header_only(1, id, 1024));
+  EXPECT_FALSE(state.sends_header_only(2, id, 1024));                            // another device
+  EXPECT_FALSE(state.sends_header_only(1, L::identity_at(other.data()), 1024));  // another operation
+  EXPECT_FALSE(state.sends_header_only(1, id, 3800));                            // beyond one eager message
+  const auto header = L::header(id, 1, 256, dtype::f32);
+  // The whole label's identity, sequence, count and type.
+  EXPECT_TRUE(std::equal(header.begin(), header.begin() + L::length_offset, second.begin()));
   EXPECT_FALSE(L::described(header.data()));
   EXPECT_EQ(L::size_at(header.data()), L::header_bytes);
   EXPECT_EQ(L::sequence_at(header.data()), 1u);

@@ -103,18 +103,20 @@ concept expecting_communicator = communicator<C> && requires(C& c, std::size_t c
 // Optional: a communicator that carries a labelled message's label in the
 // message itself where one message costs less than two (MPI, up to a few
 // KiB). labels_inline(bytes) says where, for `bytes` of data;
-// send_with_label sends the label's bytes and the data as one message on
-// the labelled channel; recv_with_label takes one into `label` and `data`
-// and returns the bytes of data it held. Labels are message_label::bytes
-// (label_bytes); on the way a label may shrink to its header, but
-// recv_with_label gives it back whole. A message of another size is
+// send_with_label sends a label, given as its header and its operation's
+// text (`what`), and the data as one message on the labelled channel;
+// recv_with_label takes one into `label` and `data` and returns the bytes
+// of data it held. Labels are message_label::bytes (label_bytes); on the
+// way a label may go as its header alone, but recv_with_label gives it back
+// whole. A message of another size is
 // taken whole, its label still filled in (when it has one), so that the
 // caller names the mismatch from the label; its data is not written then.
 template <class C>
 concept inline_label_communicator = communicator<C> && requires(C& c, const void* in, void* out, std::size_t bytes,
-                                                                int peer) {
+                                                                int peer, const std::uint8_t* header,
+                                                                std::string_view what) {
   { c.labels_inline(bytes) } -> std::same_as<bool>;
-  c.send_with_label(peer, in, bytes, in, bytes);
+  c.send_with_label(peer, header, what, in, bytes);
   { c.recv_with_label(peer, out, bytes, out, bytes) } -> std::same_as<std::size_t>;
 };
 

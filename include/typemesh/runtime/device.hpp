@@ -304,11 +304,15 @@ class device {
     in_communicator_memory<Space, T>(s, nullptr, 0, data, n, [&](const T*, T* d) { impl_->recv(from, d, n, dtype_of<T>, tag); });
   }
 
-  // The label of this device's next labelled message to `to`: n elements
-  // of type t, of the operation `what`.
-  std::array<std::uint8_t, detail::message_label::bytes> next_label(std::string_view what, int to, std::size_t n, dtype t) {
+  // The header of this device's next labelled message to `to`: n elements
+  // of type t, of the operation `what`; the whole label (its text too).
+  std::array<std::uint8_t, detail::message_label::header_bytes> next_header(std::string_view what, int to,
+                                                                            std::size_t n, dtype t) {
     using L = detail::message_label;
-    return L::encode(L::identity_of(what), labelled_sent_[to]++, n, t, what);
+    return L::header(L::identity_of(what), labelled_sent_[to]++, n, t);
+  }
+  std::array<std::uint8_t, detail::message_label::bytes> next_label(std::string_view what, int to, std::size_t n, dtype t) {
+    return detail::message_label::described_label(next_header(what, to, n, t).data(), what);
   }
 
   // The label ahead of a labelled message of n elements of type t.
@@ -355,10 +359,10 @@ class device {
     peer("send to", to);
     const std::size_t bytes = n * sizeof(E);
     if (impl_->labels_inline(bytes)) {  // label and data in one message
-      const auto label = next_label(what, to, n, dtype_of<E>);
+      const auto header = next_header(what, to, n, dtype_of<E>);
       count(op_kind::send, bytes, 0);
       in_communicator_memory<Space, E>(s, data, n, nullptr, 0, [&](const E* d, E*) {
-        impl_->send_with_label(to, label.data(), label.size(), d, bytes);
+        impl_->send_with_label(to, header.data(), what, d, bytes);
       });
       return;
     }
@@ -455,7 +459,7 @@ class device {
     virtual void recv(int, void*, std::size_t, dtype, int) = 0;
     virtual void expect(int, std::size_t, dtype, int) = 0;
     virtual bool labels_inline(std::size_t) const = 0;
-    virtual void send_with_label(int, const void*, std::size_t, const void*, std::size_t) = 0;
+    virtual void send_with_label(int, const std::uint8_t*, std::string_view, const void*, std::size_t) = 0;
     virtual std::size_t recv_with_label(int, void*, std::size_t, void*, std::size_t) = 0;
     virtual void barrier(const group&) = 0;
     virtual bool exchanges() const = 0;
@@ -498,8 +502,9 @@ class device {
       if constexpr (inline_label_communicator<C>) return c.labels_inline(bytes);
       else return false;
     }
-    void send_with_label(int to, const void* label, std::size_t label_bytes, const void* in, std::size_t bytes) override {
-      if constexpr (inline_label_communicator<C>) c.send_with_label(to, label, label_bytes, in, bytes);
+    void send_with_label(int to, const std::uint8_t* header, std::string_view what, const void* in,
+                         std::size_t bytes) override {
+      if constexpr (inline_label_communicator<C>) c.send_with_label(to, header, what, in, bytes);
       else not_inline();
     }
     std::size_t recv_with_label(int from, void* label, std::size_t label_bytes, void* out, std::size_t bytes) override {

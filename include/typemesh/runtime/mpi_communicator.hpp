@@ -344,15 +344,14 @@ class mpi_state {
   }
 
   // Whether a label that leads its data in one message of at most
-  // eager_bytes goes as its header alone (message_label::header_of): once
+  // eager_bytes goes as its header alone (message_label::header): once
   // this device has sent device `to` a label of the same operation with
   // its text. A 1 KiB labelled round trip took 2.1-2.4 us with whole labels
   // and 1.9-2.1 us with 64 B ones, against raw MPI's 1.7-1.9 us
   // (docs/performance.md).
-  bool sends_header_only(int to, const std::uint8_t* label, std::size_t data_bytes) {
-    using L = detail::message_label;
-    if (!L::described(label) || L::bytes + data_bytes > eager_bytes) return false;
-    return !described_to_[to].insert(L::identity_at(label)).second;
+  bool sends_header_only(int to, std::uint64_t identity, std::size_t data_bytes) {
+    if (detail::message_label::bytes + data_bytes > eager_bytes) return false;
+    return !described_to_[to].insert(identity).second;
   }
 
   // The whole label of a labelled message from `from` whose first `got`
@@ -640,7 +639,7 @@ class mpi_state {
   void send_copy(int to, int tag, std::initializer_list<part> parts, dtype t, MPI_Comm comm) {
     std::size_t bytes = 0;
     for (const part& p : parts) bytes += p.bytes;
-    pending_send s{to, tag, std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1)};
+    pending_send s{to, tag, copy_buffer(bytes), bytes <= reused_bytes};
     gather(s.data.get(), parts);
     check(MPI_Isend(s.data.get(), mpi_count(bytes / size_of(t)), detail::mpi_datatype(t), to, mpi_tag(tag), comm,
                     &s.requests[0]),
@@ -660,7 +659,7 @@ class mpi_state {
     for (const part& p : parts) bytes += p.bytes;
     const std::size_t total = piece_header_bytes + bytes;
     const std::uint64_t size = bytes;
-    pending_send s{to, tag, std::make_unique_for_overwrite<std::byte[]>(total)};
+    pending_send s{to, tag, copy_buffer(total), total <= reused_bytes};
     std::memcpy(s.data.get(), &size, piece_header_bytes);
     gather(s.data.get() + piece_header_bytes, parts);
     const MPI_Comm comm = comm_of(tag, bytes);
@@ -679,6 +678,7 @@ class mpi_state {
   struct pending_send {
     int to = 0, tag = 0;
     std::unique_ptr<std::byte[]> data;
+    bool reused = false;  // a buffer of copy_buffer's, to give back
     std::array<MPI_Request, max_pieces> requests = filled(MPI_REQUEST_NULL);  // one, or one per piece
 
     static std::array<MPI_Request, max_pieces> filled(MPI_Request r) {
@@ -688,11 +688,26 @@ class mpi_state {
     }
   };
 
+  // A copy of a message's bytes, kept until MPI has sent it. Copies of
+  // messages below direct_bytes (with their size ahead, when in pieces)
+  // take buffers of that size that sent messages gave back: allocating
+  // them cost a tenth of a 1 KiB message's round trip (malloc's slow path,
+  // past its per-thread caches).
+  static constexpr std::size_t reused_bytes = piece_header_bytes + direct_bytes, spares_kept = 64;
+  std::unique_ptr<std::byte[]> copy_buffer(std::size_t bytes) {
+    if (bytes > reused_bytes) return std::make_unique_for_overwrite<std::byte[]>(bytes);
+    if (spares_.empty()) return std::make_unique_for_overwrite<std::byte[]>(reused_bytes);
+    auto b = std::move(spares_.back());
+    spares_.pop_back();
+    return b;
+  }
+
   void progress_sends() {
     std::erase_if(sends_, [&](pending_send& s) {
       int done = 0;
       check(MPI_Testall(static_cast<int>(s.requests.size()), s.requests.data(), &done, MPI_STATUSES_IGNORE),
             "MPI_Testall");
+      if (done && s.reused && spares_.size() < spares_kept) spares_.push_back(std::move(s.data));
       return done != 0;
     });
   }
@@ -705,6 +720,7 @@ class mpi_state {
   bool oversubscribed_ = false;
   std::map<std::vector<int>, MPI_Comm> groups_;
   std::vector<pending_send> sends_;
+  std::vector<std::unique_ptr<std::byte[]>> spares_;  // copy_buffer's buffers, free for the next copy
   MPI_Comm notices_ = MPI_COMM_NULL;  // "this device returned", and the count exchange at the end
   MPI_Comm ready_ = MPI_COMM_NULL, labelled_ready_ = MPI_COMM_NULL;  // ready notices (world's tags, labelled)
   std::vector<std::uint64_t> sent_to_, received_from_;
@@ -884,13 +900,12 @@ class mpi_communicator {
   // MPI's matching, a third of a 1 KiB round trip).
   bool labels_inline(std::size_t bytes) const { return detail::message_label::bytes + bytes < mpi_state::direct_bytes; }
 
-  void send_with_label(int to, const void* label, std::size_t label_bytes, const void* in, std::size_t bytes) {
-    const auto* whole = static_cast<const std::uint8_t*>(label);
-    if (label_bytes == detail::message_label::bytes && s_->sends_header_only(to, whole, bytes)) {
-      const auto header = detail::message_label::header_of(whole);
-      return s_->post_parts(to, detail::labelled_tag, {{header.data(), header.size()}, {in, bytes}});
-    }
-    s_->post_parts(to, detail::labelled_tag, {{label, label_bytes}, {in, bytes}});
+  void send_with_label(int to, const std::uint8_t* header, std::string_view what, const void* in, std::size_t bytes) {
+    using L = detail::message_label;
+    if (s_->sends_header_only(to, L::identity_at(header), bytes))
+      return s_->post_parts(to, detail::labelled_tag, {{header, L::header_bytes}, {in, bytes}});
+    const auto label = L::described_label(header, what);
+    s_->post_parts(to, detail::labelled_tag, {{label.data(), label.size()}, {in, bytes}});
   }
 
   // A whole message is taken into scratch memory (any message of its size
