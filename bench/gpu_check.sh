@@ -2,12 +2,15 @@
 # The GPU check: on a machine with a CUDA GPU, in under 10 minutes,
 #
 #   1. prints the machine: nvidia-smi -L, nvcc --version, cores, date;
-#   2. builds the CUDA configuration's two programs (cmake, -DTYPEMESH_CUDA=ON,
-#      sm_90, only the targets typemesh-test-gpu and typemesh-bench-gpu), or
-#      with --prebuilt DIR takes them from DIR (bench/gpu_prebuild.sh DIR
-#      builds them on a machine without a GPU);
+#   2. builds the CUDA configuration's three programs (cmake, -DTYPEMESH_CUDA=ON,
+#      sm_90, only the targets typemesh-test-gpu, typemesh-bench-gpu and
+#      typemesh-bench-conversions), or with --prebuilt DIR takes them from
+#      DIR (bench/gpu_prebuild.sh DIR builds them on a machine without a GPU);
 #   3. runs the GPU tests (Google Test output);
-#   4. runs the benchmark (with --tf32) and prints its markdown table.
+#   4. runs the benchmark (with --tf32) and prints its markdown table;
+#   5. runs typemesh-bench-conversions (host threads, no GPU) at 1, 4 and
+#      32 MiB: eight device threads with a core each, which a 2-core
+#      development machine cannot give them (docs/performance.md).
 #
 # When $OUT is set, the table goes to $OUT/gpu_table.md and each phase's
 # full output to $OUT/gpu_check-<phase>.log. Every phase runs under a time
@@ -33,7 +36,7 @@ while [[ $# -gt 0 ]]; do
     --build-dir) [[ $# -ge 2 ]] || usage; build_dir=$2; shift 2 ;;
     --jobs) [[ $# -ge 2 && $2 =~ ^[0-9]+$ ]] || usage; jobs=$2; shift 2 ;;
     --no-tf32) tf32=; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) usage ;;
   esac
 done
@@ -51,6 +54,7 @@ limit_configure=60
 limit_build=300
 limit_tests=120
 limit_bench=200
+limit_conversions=90
 total_limit=570
 
 script_start=$SECONDS
@@ -109,14 +113,15 @@ machine() {
 phase machine 30 machine
 
 # Read by the phases' functions, which run in child shells.
-export test_bin='' bench_bin='' build_dir
+export test_bin='' bench_bin='' conversions_bin='' build_dir
 if [[ -n $prebuilt ]]; then
   if [[ -d $prebuilt ]]; then prebuilt=$(cd "$prebuilt" && pwd); fi
   test_bin=$prebuilt/typemesh-test-gpu
   bench_bin=$prebuilt/typemesh-bench-gpu
+  conversions_bin=$prebuilt/typemesh-bench-conversions
   check_prebuilt() {
     local ok=0
-    for p in "$test_bin" "$bench_bin"; do
+    for p in "$test_bin" "$bench_bin" "$conversions_bin"; do
       if [[ ! -x $p ]]; then echo "missing: $p (build it with bench/gpu_prebuild.sh DIR)"; ok=1; continue; fi
       echo "$p"
       if ldd "$p" | grep 'not found'; then
@@ -141,10 +146,12 @@ else
       "${nvcc_flag[@]}"
   }
   if phase configure "$limit_configure" configure; then
-    phase build "$limit_build" cmake --build "$build_dir" --target typemesh-test-gpu typemesh-bench-gpu -j "$jobs"
+    phase build "$limit_build" cmake --build "$build_dir" --target typemesh-test-gpu typemesh-bench-gpu \
+      typemesh-bench-conversions -j "$jobs"
   fi
   test_bin=$(find "$build_dir" -name typemesh-test-gpu -type f -perm -u+x 2>/dev/null | head -n 1)
   bench_bin=$(find "$build_dir" -name typemesh-bench-gpu -type f -perm -u+x 2>/dev/null | head -n 1)
+  conversions_bin=$(find "$build_dir" -name typemesh-bench-conversions -type f -perm -u+x 2>/dev/null | head -n 1)
 fi
 
 if [[ -n $test_bin && -x $test_bin ]]; then
@@ -162,6 +169,22 @@ if [[ -n $bench_bin && -x $bench_bin ]]; then
 else
   echo "=== bench: not run (no typemesh-bench-gpu)"
   failed+=("bench (no program)")
+fi
+
+# The conversions on host threads, each of the eight devices with a core of
+# its own; the load beside each size.
+conversions() {
+  local size
+  for size in 1M 4M 32M; do
+    echo "--- tensor $size, load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
+    "$conversions_bin" --tensor-bytes "$size" --min-time-ms 200 || return 1
+  done
+}
+if [[ -n $conversions_bin && -x $conversions_bin ]]; then
+  phase conversions "$limit_conversions" conversions
+else
+  echo "=== conversions: not run (no typemesh-bench-conversions)"
+  failed+=("conversions (no program)")
 fi
 
 echo

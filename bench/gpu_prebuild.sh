@@ -2,8 +2,12 @@
 # Builds the two programs bench/gpu_check.sh runs on a GPU machine, here
 # (no GPU needed), for sm_90 (H100/H200) with nvcc:
 #
-#   DIR/typemesh-test-gpu    tests/gpu_test.cpp, Google Test linked statically
-#   DIR/typemesh-bench-gpu   bench/gpu.cpp
+#   DIR/typemesh-test-gpu            tests/gpu_test.cpp, Google Test linked statically
+#   DIR/typemesh-bench-gpu           bench/gpu.cpp
+#   DIR/typemesh-bench-conversions   bench/conversions.cpp, a host program (g++):
+#                                    eight device threads on the GPU machine's
+#                                    cores, where this machine has fewer cores
+#                                    than devices
 #
 # and writes DIR/shared-libraries.txt: the shared libraries each program
 # needs (ldd), which the GPU machine must provide. cuBLAS (libcublas,
@@ -80,7 +84,7 @@ build() {  # build NAME SOURCE EXTRA_INCLUDE LINK_EXTRA...
   nice "$nvcc" "${flags[@]}" -I"$include" -x cu -c "$source" -o "$out/$name.o"
   link "$out/$name" "$out/$name.o" "$@"
   rm -f "$out/$name.o" "$out/$name.link.log"
-  # Symbols off: the two programs travel to the GPU machine together.
+  # Symbols off: the programs travel to the GPU machine together.
   if command -v strip >/dev/null; then strip "$out/$name"; fi
   echo "gpu_prebuild: $name built in $((SECONDS - start)) s"
 }
@@ -88,9 +92,34 @@ build() {  # build NAME SOURCE EXTRA_INCLUDE LINK_EXTRA...
 build typemesh-test-gpu "$root/tests/gpu_test.cpp" "$root/tests" "$libdir/libgtest_main.a" "$libdir/libgtest.a"
 build typemesh-bench-gpu "$root/bench/gpu.cpp" "$root/bench"
 
+# The conversions benchmark: host code only, built as the CMake Release build
+# builds it (no -march, so it runs on any x86-64 machine); OpenBLAS as above.
+start=$SECONDS
+conversions=$out/typemesh-bench-conversions
+echo "gpu_prebuild: compiling typemesh-bench-conversions (host) ..."
+nice g++ -std=c++20 -O3 -DNDEBUG -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP -I"$root/include" -I"$blas_include" \
+  -c "$root/bench/conversions.cpp" -o "$conversions.o"
+linked=
+if [[ -n $blas_archive ]]; then
+  for fortran in "" "-l:libgfortran.so.5"; do
+    # shellcheck disable=SC2086
+    if g++ "$conversions.o" -o "$conversions" "$blas_archive" $fortran -lpthread 2>/dev/null; then
+      linked="OpenBLAS linked statically${fortran:+ (with $fortran)}"
+      break
+    fi
+  done
+fi
+if [[ -z $linked ]]; then
+  g++ "$conversions.o" -o "$conversions" -lopenblas -lpthread
+  linked="OpenBLAS linked as a shared library"
+fi
+rm -f "$conversions.o"
+if command -v strip >/dev/null; then strip "$conversions"; fi
+echo "gpu_prebuild: typemesh-bench-conversions: $linked; built in $((SECONDS - start)) s"
+
 {
   echo "# Shared libraries the GPU machine must provide (ldd, on the build machine)"
-  for p in typemesh-test-gpu typemesh-bench-gpu; do
+  for p in typemesh-test-gpu typemesh-bench-gpu typemesh-bench-conversions; do
     echo "## $p"
     ldd "$out/$p" | sed 's/ (0x[0-9a-f]*)//'
   done
