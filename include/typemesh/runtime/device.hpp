@@ -304,8 +304,9 @@ class device {
     in_communicator_memory<Space, T>(s, nullptr, 0, data, n, [&](const T*, T* d) { impl_->recv(from, d, n, dtype_of<T>, tag); });
   }
 
-  // The header of this device's next labelled message to `to`: n elements
-  // of type t, of the operation `what`; the whole label (its text too).
+  // The header of this device's next labelled message to `to` (n elements
+  // of type t, of the operation `what`); next_label: the whole label, its
+  // text too.
   std::array<std::uint8_t, detail::message_label::header_bytes> next_header(std::string_view what, int to,
                                                                             std::size_t n, dtype t) {
     using L = detail::message_label;

@@ -47,7 +47,8 @@ struct message_label {
   std::string what;            // the operation, cut to text_bytes
 
   // A hash of a description, eight bytes a step in four independent lanes
-  // (one chain of multiplies was a third of a 1 KiB labelled send): labels
+  // (in one chain of multiplies it took a third of the sender's own time
+  // for a 1 KiB labelled message): labels
   // are made and checked for every message, and a transfer's description
   // runs to a couple of hundred characters.
   static std::uint64_t identity_of(std::string_view what) {
