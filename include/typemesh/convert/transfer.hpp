@@ -84,6 +84,8 @@ struct transfer_route {
   std::vector<std::pair<int, piece_list>> sends, receives;  // by peer, ascending; pieces in plan order
   piece_list kept;                                          // from this device to itself
   std::vector<int> members;                 // the devices between which pieces cross, ascending
+  // The same peers as `sends` and `receives`, index for index, with the
+  // elements of their pieces, in the form the exchange takes them.
   std::vector<int> readers;                 // the peers of `sends`
   std::vector<std::size_t> read_counts;     // the elements each of them takes
   std::vector<std::pair<int, std::size_t>> senders;  // the peers of `receives`, with their elements
@@ -217,11 +219,6 @@ void run_transfer(Space s, const std::string& what, const transfer_route<Rank>& 
                   local_slice<T, Rank> out, bool kept_shared = false) {
   device& dev = this_device();
   auto packed = [](const box<Rank>& b) { return backend::region<Rank>{b.extent, {}}; };
-  auto total = [](const auto& pieces) {
-    std::int64_t n = 0;
-    for (auto* p : pieces) n += p->region.elements();
-    return n;
-  };
   auto keep = [&] {
     if (!kept_shared) copy_pieces(s, in.data, route.kept, out);
   };
@@ -239,12 +236,13 @@ void run_transfer(Space s, const std::string& what, const transfer_route<Rank>& 
   }
   // Outgoing: one message per destination, pieces in plan order. A single
   // piece that is contiguous in the slice goes without staging.
-  for (const auto& [peer, pieces] : route.sends) {
+  for (std::size_t i = 0; i < route.sends.size(); ++i) {
+    const auto& [peer, pieces] = route.sends[i];
     if (std::int64_t at = pieces.size() == 1 ? in.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
       dev.send_labelled(what, peer, backend::span_of(s, in.data + at, pieces[0]->region.elements()));
       continue;
     }
-    backend::scratch<T, Space> message(total(pieces));
+    backend::scratch<T, Space> message(route.read_counts[i]);
     auto* at = message.data();
     for (auto* p : pieces) {
       backend::copy_box(s, in.data, in.region_of(p->region), at, packed(p->region), p->region.extent);
@@ -256,12 +254,13 @@ void run_transfer(Space s, const std::string& what, const transfer_route<Rank>& 
   keep();
 
   // Incoming, in the senders' order: unstaged when contiguous, as above.
-  for (const auto& [peer, pieces] : route.receives) {
+  for (std::size_t i = 0; i < route.receives.size(); ++i) {
+    const auto& [peer, pieces] = route.receives[i];
     if (std::int64_t at = pieces.size() == 1 ? out.contiguous_offset(pieces[0]->region) : -1; at >= 0) {
       dev.recv_labelled(what, peer, backend::span_of(s, out.data + at, pieces[0]->region.elements()));
       continue;
     }
-    backend::scratch<T, Space> message(total(pieces));
+    backend::scratch<T, Space> message(route.senders[i].second);
     dev.recv_labelled(what, peer, backend::span_of(s, message.data(), message.size()));
     const T* at = message.data();
     for (auto* p : pieces) {
