@@ -20,6 +20,7 @@ if(TYPEMESH_CUDA)
     target_link_libraries(typemesh-test-nccl PRIVATE typemesh::nccl GTest::gtest GTest::gtest_main)
     gtest_discover_tests(typemesh-test-nccl DISCOVERY_TIMEOUT 60 PROPERTIES LABELS gpu TIMEOUT 300)
     add_dependencies(typemesh-test-executables typemesh-test-nccl)
+    add_dependencies(typemesh-cuda-ci typemesh-test-nccl)
   else()
     add_test(NAME gpu.nccl_unavailable
       COMMAND sh -c "echo 'NCCL tests: no typemesh::nccl target (NCCL was not found): skipped'; exit 77")
