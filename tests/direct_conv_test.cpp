@@ -6,6 +6,7 @@
 // the filter gradient's last in-channel block), 1 to 3 images, non-square
 // images; the same bits at 1, 2 and 3 threads; the shapes outside the rule
 // (and doubles) fall back to im2col.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -199,8 +200,10 @@ TEST(DirectConv, MatchesSerialLoopsAndTheIm2colPathForEachInstructionSet) {
         const std::string what = describe(cs) + " " + name(p) + (isa == conv_isa::avx512 ? " AVX-512" : " AVX2");
         // Every case is in the rule, but the image gradient's needs stride 1 and in-channels of whole
         // vectors of 8 (AVX-512's kernels end 8 mod 16 channels with half a vector).
+        // AVX2's take at most avx2_direct_max_channels either way.
         const std::int64_t lanes = p == product::image_grad ? cs.c : cs.k;
-        const bool in_rule = p != product::image_grad || (cs.sh == 1 && cs.sw == 1);
+        const bool in_rule = (p != product::image_grad || (cs.sh == 1 && cs.sw == 1)) &&
+                             (isa != conv_isa::avx2 || std::max(cs.c, cs.k) <= be::host::avx2_direct_max_channels);
         const conv_isa expected = !in_rule || lanes % 8 != 0 ? conv_isa::none : isa;
         EXPECT_EQ(direct_isa_of(p, g, isa), expected) << what;
         const std::vector<float> got = run(p, g, x, f, dy, isa, 1);
@@ -220,14 +223,16 @@ TEST(DirectConv, MatchesSerialLoopsAndTheIm2colPathForEachInstructionSet) {
 TEST(DirectConv, SameBitsAtOneTwoAndThreeThreads) {
   const conv_isa cpu = be::host::detected_simd_isa();
   if (cpu == conv_isa::none) GTEST_SKIP() << "the direct kernels need AVX2 or AVX-512 and GCC or Clang";
-  // Large enough that the filter gradient's groups and the forward rows split over 3 threads.
-  const conv_case cs{3, 16, 12, 64, 80, 3, 3, 1, 1, true};
-  const be::conv_geometry g = geometry(cs);
-  const auto x = random_floats(std::size_t(g.images * g.h.in * g.w.in * g.channels), 4);
-  const auto f = random_floats(std::size_t(g.h.size * g.w.size * g.channels * g.out_channels), 5);
-  const auto dy = random_floats(std::size_t(g.images * g.h.out * g.w.out * g.out_channels), 6);
   for (conv_isa isa : {conv_isa::avx2, conv_isa::avx512}) {
     if (isa > cpu) continue;
+    // Large enough that the filter gradient's groups and the forward rows split over 3 threads; with
+    // a last block narrower than the others (AVX-512: 64 + 16, AVX2: 32 + 24).
+    const conv_case cs = isa == conv_isa::avx512 ? conv_case{3, 16, 12, 64, 80, 3, 3, 1, 1, true}
+                                                 : conv_case{3, 16, 12, 64, 56, 3, 3, 1, 1, true};
+    const be::conv_geometry g = geometry(cs);
+    const auto x = random_floats(std::size_t(g.images * g.h.in * g.w.in * g.channels), 4);
+    const auto f = random_floats(std::size_t(g.h.size * g.w.size * g.channels * g.out_channels), 5);
+    const auto dy = random_floats(std::size_t(g.images * g.h.out * g.w.out * g.out_channels), 6);
     for (product p : {product::forward, product::filter_grad, product::image_grad}) {
       ASSERT_TRUE(takes_direct(p, g, isa)) << name(p);
       const std::vector<float> one = run(p, g, x, f, dy, isa, 1);
@@ -247,6 +252,19 @@ TEST(DirectConv, ShapesOutsideTheRuleAndDoublesTakeIm2col) {
   EXPECT_EQ((be::direct_isa<host_space, float>(geometry({1, 5, 5, 16, 24, 3, 3, 1, 1, true}))),
             be::host::detected_simd_isa());
   EXPECT_EQ((be::direct_isa<host_space, double>(geometry({1, 5, 5, 16, 32, 3, 3, 1, 1, true}))), conv_isa::none);
+  // AVX2's kernels stop at 64 channels either way (avx2_direct_max_channels); AVX-512's do not.
+  if (be::host::detected_simd_isa() != conv_isa::none) {
+    const conv_isa before = be::host::direct_conv_limit().exchange(conv_isa::avx2);
+    EXPECT_EQ((be::direct_isa<host_space, float>(geometry({1, 5, 5, 64, 64, 3, 3, 1, 1, true}))), conv_isa::avx2);
+    EXPECT_EQ((be::direct_isa<host_space, float>(geometry({1, 5, 5, 64, 72, 3, 3, 1, 1, true}))), conv_isa::none);
+    EXPECT_EQ((be::direct_isa<host_space, float>(geometry({1, 5, 5, 72, 64, 3, 3, 1, 1, true}))), conv_isa::none);
+    EXPECT_EQ((be::direct_image_grad_isa<host_space, float>(geometry({1, 5, 5, 64, 72, 3, 3, 1, 1, true}))),
+              conv_isa::none);
+    be::host::direct_conv_limit().store(before);
+  }
+  if (be::host::detected_simd_isa() == conv_isa::avx512) {
+    EXPECT_EQ((be::direct_isa<host_space, float>(geometry({1, 5, 5, 128, 128, 3, 3, 1, 1, true}))), conv_isa::avx512);
+  }
   // Stride 2: the image gradient stays on col2im, the forward product does not.
   const be::conv_geometry strided = geometry({1, 8, 8, 16, 32, 3, 3, 2, 2, true});
   EXPECT_EQ((be::direct_image_grad_isa<host_space, float>(strided)), conv_isa::none);

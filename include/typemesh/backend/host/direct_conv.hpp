@@ -58,13 +58,31 @@ inline conv_isa direct_conv_isa_for(std::int64_t channels) {
   return channels % 8 == 0 ? direct_conv_isa() : conv_isa::none;
 }
 
+// The widest convolution, in in- and out-channels alike, that the AVX2
+// kernels take. They hold 32 out-channels by 3 pixels in their 16 registers
+// and read the input once per block of 32, so past 64 channels on either
+// side im2col + GEMM was faster on an AVX2 CPU (Zen 3) for nearly every
+// product at 96 to 384 channels (up to 2.7x), where at 32-64 the direct
+// kernels took 0.5-0.9 of its time (docs/performance.md, "Direct
+// convolution on an AVX2 CPU"). AVX-512's kernels, with twice the lanes
+// and registers, keep every width.
+inline constexpr std::int64_t avx2_direct_max_channels = 64;
+
+// `isa`, or none where its kernels would be slower than im2col for `s`.
+inline conv_isa where_faster(conv_isa isa, const direct_conv_shape& s) {
+  const bool wide = s.channels > avx2_direct_max_channels || s.out_channels > avx2_direct_max_channels;
+  return isa == conv_isa::avx2 && wide ? conv_isa::none : isa;
+}
+
 // The rule: out-channels a multiple of 8, any filter size, stride and
-// padding. The image gradient runs as a forward convolution whose
-// out-channels are the in-channels, so it needs stride 1 and in-channels a
-// multiple of 8.
-inline conv_isa direct_conv_suits(const direct_conv_shape& s) { return direct_conv_isa_for(s.out_channels); }
+// padding; on AVX2, at most avx2_direct_max_channels in- and out-channels.
+// The image gradient runs as a forward convolution whose out-channels are
+// the in-channels, so it needs stride 1 and in-channels a multiple of 8.
+inline conv_isa direct_conv_suits(const direct_conv_shape& s) {
+  return where_faster(direct_conv_isa_for(s.out_channels), s);
+}
 inline conv_isa direct_conv_image_grad_suits(const direct_conv_shape& s) {
-  return s.stride_h == 1 && s.stride_w == 1 ? direct_conv_isa_for(s.channels) : conv_isa::none;
+  return s.stride_h == 1 && s.stride_w == 1 ? where_faster(direct_conv_isa_for(s.channels), s) : conv_isa::none;
 }
 
 #if TYPEMESH_DIRECT_CONV
