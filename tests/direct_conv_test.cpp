@@ -254,16 +254,18 @@ TEST(DirectConv, ShapesOutsideTheRuleAndDoublesTakeIm2col) {
   EXPECT_EQ((be::direct_isa<host_space, double>(geometry({1, 5, 5, 16, 32, 3, 3, 1, 1, true}))), conv_isa::none);
   // AVX2's kernels stop at 64 channels either way (avx2_direct_max_channels); AVX-512's do not.
   if (be::host::detected_simd_isa() != conv_isa::none) {
-    const conv_isa before = be::host::direct_conv_limit().exchange(conv_isa::avx2);
-    EXPECT_EQ((be::direct_isa<host_space, float>(geometry({1, 5, 5, 64, 64, 3, 3, 1, 1, true}))), conv_isa::avx2);
-    EXPECT_EQ((be::direct_isa<host_space, float>(geometry({1, 5, 5, 64, 72, 3, 3, 1, 1, true}))), conv_isa::none);
-    EXPECT_EQ((be::direct_isa<host_space, float>(geometry({1, 5, 5, 72, 64, 3, 3, 1, 1, true}))), conv_isa::none);
-    EXPECT_EQ((be::direct_image_grad_isa<host_space, float>(geometry({1, 5, 5, 64, 72, 3, 3, 1, 1, true}))),
+    EXPECT_EQ(direct_isa_of(product::forward, geometry({1, 5, 5, 64, 64, 3, 3, 1, 1, true}), conv_isa::avx2),
+              conv_isa::avx2);
+    EXPECT_EQ(direct_isa_of(product::forward, geometry({1, 5, 5, 64, 72, 3, 3, 1, 1, true}), conv_isa::avx2),
               conv_isa::none);
-    be::host::direct_conv_limit().store(before);
+    EXPECT_EQ(direct_isa_of(product::forward, geometry({1, 5, 5, 72, 64, 3, 3, 1, 1, true}), conv_isa::avx2),
+              conv_isa::none);
+    EXPECT_EQ(direct_isa_of(product::image_grad, geometry({1, 5, 5, 64, 72, 3, 3, 1, 1, true}), conv_isa::avx2),
+              conv_isa::none);
   }
   if (be::host::detected_simd_isa() == conv_isa::avx512) {
-    EXPECT_EQ((be::direct_isa<host_space, float>(geometry({1, 5, 5, 128, 128, 3, 3, 1, 1, true}))), conv_isa::avx512);
+    EXPECT_EQ(direct_isa_of(product::forward, geometry({1, 5, 5, 128, 128, 3, 3, 1, 1, true}), conv_isa::avx512),
+              conv_isa::avx512);
   }
   // Stride 2: the image gradient stays on col2im, the forward product does not.
   const be::conv_geometry strided = geometry({1, 8, 8, 16, 32, 3, 3, 2, 2, true});
