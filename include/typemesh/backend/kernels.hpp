@@ -247,8 +247,10 @@ copy_rows<T, Rank> rows_of(const T* src, const region<Rank>& from, T* dst, const
 inline void stream_bytes(std::byte* d, const std::byte* s, std::size_t n) {
 #if TYPEMESH_STREAM_STORES
   const std::size_t head = std::min(n, (16 - (reinterpret_cast<std::uintptr_t>(d) & 15)) & 15);
-  std::memcpy(d, s, head);
-  d += head, s += head, n -= head;
+  if (head > 0) {  // a call per row showed in copies of 512 B rows
+    std::memcpy(d, s, head);
+    d += head, s += head, n -= head;
+  }
   for (; n >= 64; n -= 64, d += 64, s += 64) {
     const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
@@ -263,7 +265,7 @@ inline void stream_bytes(std::byte* d, const std::byte* s, std::size_t n) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(d), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
   }
 #endif
-  std::memcpy(d, s, n);
+  if (n > 0) std::memcpy(d, s, n);
 }
 inline void stream_fence() {
 #if TYPEMESH_STREAM_STORES
@@ -291,35 +293,56 @@ struct row_walk {
   }
 };
 
-// Copies blocks of rows with stream_bytes, one fence per block. Rows shorter
-// than a page (a receiver's 512 B out of every 4 KiB of a sender's rows) each
-// start in a new 4 KiB page, where the hardware prefetchers stop, so the
-// sources of the rows about 8 KiB ahead are prefetched here, into the L2
-// cache only (into L1 made the conversion benchmark's 1r and 2r 1.2-1.5x
-// slower).
+// Copies a box's rows a block at a time, walking from row to row (one
+// locate per block): with rows of 512 B, a locate per row took a quarter of
+// a copy's time within the L2 cache. Streamed blocks (stream_box) write
+// with stream_bytes and end with one fence. Rows shorter than a page (a
+// receiver's 512 B out of every 4 KiB of a sender's rows) each start in a
+// new 4 KiB page, where the hardware prefetchers stop, so a streamed block
+// prefetches the sources of the rows about 8 KiB ahead, into the L2 cache
+// only (into L1 made the conversion benchmark's 1r and 2r 1.2-1.5x slower;
+// plain blocks, whose sources are in a cache, ran slower with it).
 template <class T, std::size_t Rank>
-struct stream_rows {
+struct copy_row_blocks {
   copy_rows<T, Rank> rows;
   std::int64_t per_block, count;
+  bool streamed;
 
   void operator()(std::int64_t block) const {
-    constexpr std::int64_t page_bytes = 4096, prefetch_bytes = 8192;
     const std::int64_t first = block * per_block, end = std::min(count, first + per_block);
-    const std::int64_t bytes = rows.rows_extent[Rank - 1] * std::int64_t(sizeof(T));
-    const std::int64_t ahead = bytes < page_bytes ? std::max<std::int64_t>(1, prefetch_bytes / bytes) : 0;
-    row_walk<T, Rank> at(rows, first), soon(rows, std::min(first + ahead, count - 1));
+    const auto bytes = static_cast<std::size_t>(rows.rows_extent[Rank - 1]) * sizeof(T);
+    row_walk<T, Rank> at(rows, first);
+    if (!streamed) {
+      for (std::int64_t row = first; row < end; ++row, at.next()) std::memcpy(rows.dst + at.d, rows.src + at.s, bytes);
+      return;
+    }
+    constexpr std::size_t page_bytes = 4096, prefetch_bytes = 8192;
+    const std::int64_t ahead = bytes < page_bytes ? std::int64_t(prefetch_bytes / bytes) : 0;
+    row_walk<T, Rank> soon(rows, std::min(first + ahead, count - 1));
     for (std::int64_t row = first; row < end; ++row, at.next()) {
       if (ahead > 0 && row + ahead < count) {
         const char* p = reinterpret_cast<const char*>(rows.src + soon.s);
-        for (std::int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 1);
+        for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 1);
         soon.next();
       }
       stream_bytes(reinterpret_cast<std::byte*>(rows.dst + at.d), reinterpret_cast<const std::byte*>(rows.src + at.s),
-                   static_cast<std::size_t>(bytes));
+                   bytes);
     }
     stream_fence();
   }
 };
+
+// Runs copy_row_blocks over a box's rows, a block of about `block_bytes`
+// for each index of the parallel loop.
+template <class T, std::size_t Rank>
+void copy_box_rows(host_space space, const copy_rows<T, Rank>& k, std::int64_t rows, std::int64_t block_bytes,
+                   bool streamed) {
+  const std::int64_t row_bytes = k.rows_extent[Rank - 1] * std::int64_t(sizeof(T));
+  const std::int64_t per_block = std::max<std::int64_t>(1, block_bytes / row_bytes);
+  const std::int64_t blocks = (rows + per_block - 1) / per_block;
+  parallel_for(space, blocks, copy_row_blocks<T, Rank>{k, per_block, rows, streamed},
+               grain_for(per_block * k.rows_extent[Rank - 1]));
+}
 }  // namespace detail
 
 // Copies a box of `extent` from src (at from.begin) into dst (at to.begin),
@@ -334,7 +357,10 @@ void copy_box(Space space, const T* src, const region<Rank>& from, T* dst, const
   } else {
     std::int64_t rows = 0;
     auto k = detail::rows_of<Space>(src, from, dst, to, extent, rows);
-    parallel_for(space, rows, k, grain_for(k.rows_extent[Rank - 1]));
+    if constexpr (std::is_same_v<Space, host_space>)
+      detail::copy_box_rows(space, k, rows, default_grain * std::int64_t(sizeof(T)), false);
+    else
+      parallel_for(space, rows, k, grain_for(k.rows_extent[Rank - 1]));
   }
 }
 
@@ -353,10 +379,7 @@ void stream_box(host_space space, const T* src, const region<Rank>& from, T* dst
       if (extent[i] == 0) return;
     std::int64_t rows = 0;
     auto k = detail::rows_of<host_space>(src, from, dst, to, extent, rows);
-    const std::int64_t per_block = std::max<std::int64_t>(1, (std::int64_t(64) << 10) / (k.rows_extent[Rank - 1] * std::int64_t(sizeof(T))));
-    const std::int64_t blocks = (rows + per_block - 1) / per_block;
-    parallel_for(space, blocks, detail::stream_rows<T, Rank>{k, per_block, rows},
-                 grain_for(per_block * k.rows_extent[Rank - 1]));
+    detail::copy_box_rows(space, k, rows, std::int64_t(64) << 10, true);
   }
 }
 
