@@ -9,10 +9,13 @@
 #include <cctype>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <numeric>
 #include <string>
 #include <string_view>
@@ -157,8 +160,30 @@ inline void touch(const void* p) {
 #endif
 }
 
-// The memcpy reference: copies `bytes` (none: nothing) and keeps the copy.
+// Arrays on 64-byte boundaries, for the memcpy references: glibc 2.36's
+// memcpy runs up to 20x slower on AMD Zen 3 when its destination lies 1 to 31
+// bytes past its source modulo 64 (backend/host/copy_bytes.hpp), and malloc's
+// blocks are only 16-byte aligned, so a reference between two of them ran
+// fast or slow by where they landed.
+struct aligned_delete {
+  void operator()(void* p) const { ::operator delete[](p, std::align_val_t{64}); }
+};
+template <class T>
+using aligned_array = std::unique_ptr<T[], aligned_delete>;
+template <class T>
+aligned_array<T> make_aligned_array(std::size_t n) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  return aligned_array<T>(static_cast<T*>(::operator new[](std::max<std::size_t>(n, 1) * sizeof(T), std::align_val_t{64})));
+}
+
+// The memcpy reference: copies `bytes` (none: nothing) with std::memcpy and
+// keeps the copy. Its ends must be aligned alike modulo 64 (above), as
+// make_aligned_array's are.
 inline void reference_copy(void* dst, const void* src, std::size_t bytes) {
+  if (((reinterpret_cast<std::uintptr_t>(dst) - reinterpret_cast<std::uintptr_t>(src)) & 63) != 0) {
+    std::fprintf(stderr, "memcpy reference between buffers not aligned alike modulo 64\n");
+    std::abort();
+  }
   if (bytes) std::memcpy(dst, src, bytes);
   touch(dst);
 }
@@ -169,8 +194,9 @@ inline double median(std::vector<double> v) {
 }
 
 struct timing {
-  double median_s = 0;  // device 0 only
+  double median_s = 0;        // device 0 only
   int reps = 0;
+  std::vector<double> spans;  // each repetition's time; device 0 only
 };
 
 // What the devices share while they time something together. Device 0
@@ -208,10 +234,15 @@ class synced_device {
   // repetition starts at a barrier over all devices and lasts from the first
   // device's start to the last device's end; the result of f is destroyed
   // after the end time. Repeats until at least opt.min_reps repetitions and
-  // opt.min_time_s of timed work, at most opt.max_reps. Returns the median
-  // on device 0 (per call of f) and this device's repetition count.
+  // opt.min_time_s of timed work, at most opt.max_reps (or as `o` says).
+  // Returns the median and the repetitions' times on device 0 (per call of
+  // f) and this device's repetition count.
   template <class F>
   timing time_it(F&& f, int inner = 1) {
+    return time_it(opt_, std::forward<F>(f), inner);
+  }
+  template <class F>
+  timing time_it(const repeat_options& o, F&& f, int inner = 1) {
     int reps = 0;
     if (id_ == 0) clock_.spans.clear();
     for (;;) {
@@ -219,7 +250,7 @@ class synced_device {
       if (id_ == 0) {
         if (reps > 0) clock_.spans.push_back(span() / inner);
         double total = std::accumulate(clock_.spans.begin(), clock_.spans.end(), 0.0) * inner;
-        clock_.go = reps < opt_.max_reps && (reps < opt_.min_reps || total < opt_.min_time_s);
+        clock_.go = reps < o.max_reps && (reps < o.min_reps || total < o.min_time_s);
       }
       dev_.barrier(all_);  // the start line
       if (!clock_.go) break;
@@ -236,7 +267,7 @@ class synced_device {
     }
     timing t;
     t.reps = reps;
-    if (id_ == 0) t.median_s = median(clock_.spans);
+    if (id_ == 0) t.median_s = median(clock_.spans), t.spans = clock_.spans;
     return t;
   }
 

@@ -144,8 +144,8 @@ class bench_device : public synced_device {
       : synced_device(dev, sh.clock, opt), sh_(sh) {
     const std::size_t n = opt.max_bytes / sizeof(float);
     // Allocated and first touched by this device's own thread.
-    in_ = std::make_unique<float[]>(n);
-    out_ = std::make_unique<float[]>(n);
+    in_ = make_aligned_array<float>(n);
+    out_ = make_aligned_array<float>(n);
   }
 
   result run(what w, std::size_t bytes) {
@@ -265,7 +265,7 @@ class bench_device : public synced_device {
   }
 
   shared_state& sh_;
-  std::unique_ptr<float[]> in_, out_;
+  aligned_array<float> in_, out_;
 };
 
 void print_legend(const options& opt) {

@@ -53,15 +53,23 @@
 // (docs/performance.md, "Which ratio the conversions target reads").
 //
 // Method (as typemesh-bench-collectives). Per case: import the tensor, one
-// untimed warm-up conversion whose result is checked, then repetitions until
-// at least --min-time-ms of timed work (200 ms by default) and at least
-// --min-reps of them (5). Each repetition starts with dev.barrier over all
+// untimed warm-up conversion whose result is checked, then the conversion,
+// both memcpy references and the floor (below) take turns: --rounds rounds
+// (5 by default; --quick: 1), in each of which every one of the four runs
+// repetitions until at least its share of --min-time-ms (200 ms by default,
+// so 40 ms a round) and of --min-reps (5) is done; each round starts one
+// further along the four. Each repetition starts with dev.barrier over all
 // eight devices; every device takes its own start and end time around the call
 // (devices outside both meshes too: they return at once), and the
 // repetition's time is the last end minus the first start. The converted
-// tensor is destroyed after the end time. The reported time is the MEDIAN
-// over the repetitions. The memcpy reference and the plan-only time are
-// measured the same way, in the same launch.
+// tensor is destroyed after the end time. The reported times are MEDIANS
+// over all repetitions; a ratio is taken round by round (one median over
+// another, measured milliseconds apart) and reported as the median of the
+// rounds' ratios, with the lowest and highest for `ratio w`. On a shared
+// machine whose speed changes from second to second, blocks of one
+// measurement after another had put the same case anywhere from 0.6 to 1.2
+// of memcpy from one run to the next. The plan-only time is measured once,
+// after the rounds, the same way.
 //
 // The floor: what a conversion would cost with nothing but its copies. Every
 // device copies its pieces of the plan with the conversion's own copy
@@ -95,24 +103,26 @@
 //   total     bytes of the whole tensor
 //   max recv  the most bytes one device received in one conversion
 //             (dev.traffic().bytes_received(), every kind of operation)
-//   reps      timed repetitions of the conversion
+//   reps      timed repetitions of the conversion, over all rounds
 //   time      median time of one conversion
 //   recv/s    max recv / time                              [GB/s]
 //   memcpy    median time of the memcpy reference
 //   memcpy/s  max recv / memcpy time                       [GB/s]
-//   ratio     recv/s / memcpy/s (1.0 = the conversion moves its bytes as fast
-//             as the devices memcpy them under the same conditions)
+//   ratio     memcpy / time, round by round (1.0 = the conversion moves its
+//             bytes as fast as the devices memcpy them under the same
+//             conditions)
 //   written   the most bytes one device writes into its target slice
 //             (received + kept; only what it received where its target
 //             shares the source's elements, a kept run of half the source
 //             slice or more)
 //   memcpy w  median time of the second reference (every device memcpys
 //             the bytes it writes)
-//   ratio w   memcpy w / time (1.0 = the conversion writes its target slices
-//             as fast as memcpy)
+//   ratio w   memcpy w / time, round by round (1.0 = the conversion writes its
+//             target slices as fast as memcpy)
+//   rounds w  the lowest and highest of the rounds' ratio w
 //   floor     median time of the floor (above)
-//   of floor  floor / time (1.0 = the transfer costs nothing beyond its
-//             copies and the waits they need)
+//   of floor  floor / time, round by round (1.0 = the transfer costs nothing
+//             beyond its copies and the waits they need)
 //   pieces    boxes in the transfer plan (local copies included)
 //   plan      median time of the plan only (its lookup)
 //   plan%     plan / time
@@ -124,6 +134,8 @@
 //   --min-reps R     at least R timed repetitions (default 5; --quick: 2)
 //   --case C         only case C (1, 1r, 2, 2r, 2z, 3, 3r or 4); may be given
 //                    more than once
+//   --rounds R       rounds in which the measurements take turns (1 to 100;
+//                    default 5, --quick 1)
 //   --tensor-bytes N the size of every case's tensor: a whole number of MiB
 //                    from 1M to 256M (default 32M). The seq dim scales with it
 //                    (no case splits seq): [64, 2 per MiB, 2048] and
@@ -189,6 +201,16 @@ struct options : repeat_options {
   double plan_rep_s = 0.002;       // aim of one plan-only repetition
   std::vector<std::string> cases;  // --case: only these (all when empty)
   std::size_t tensor_mib = 32;     // --tensor-bytes, in MiB
+  int rounds = 5;                  // --rounds
+
+  // What one measurement does in each round: its share of the time and
+  // repetitions.
+  repeat_options per_round() const {
+    repeat_options o = *this;
+    o.min_time_s = min_time_s / rounds;
+    o.min_reps = std::max(1, (min_reps + rounds - 1) / rounds);
+    return o;
+  }
 
   bool runs(std::string_view name) const {
     return cases.empty() || std::find(cases.begin(), cases.end(), name) != cases.end();
@@ -201,15 +223,22 @@ constexpr std::string_view case_names[] = {"1", "1r", "2", "2r", "2z", "3", "3r"
 
 constexpr program_info program{"typemesh-bench-conversions",
                                "typemesh-bench-conversions [--quick] [--min-time-ms T] [--min-reps R] [--case C]... "
-                               "[--tensor-bytes N]"};
+                               "[--tensor-bytes N] [--rounds R]"};
 
 options parse(int argc, char** argv) {
   options o;
-  bool tensor_bytes_given = false;
+  bool tensor_bytes_given = false, rounds_given = false;
   parse_flags(argc, argv, program, "measures relayouts and mesh replacements against memcpy (see the source's header)",
               o, [&](std::string_view a, auto& value) {
                 if (a == "--case") {
                   o.cases.push_back(value());
+                  return true;
+                }
+                if (a == "--rounds") {
+                  const std::string v = value();
+                  o.rounds = std::atoi(v.c_str());
+                  if (o.rounds < 1 || o.rounds > 100) usage(program, "--rounds wants 1 to 100, not '" + v + "'");
+                  rounds_given = true;
                   return true;
                 }
                 if (a != "--tensor-bytes") return false;
@@ -231,6 +260,7 @@ options parse(int argc, char** argv) {
     usage(program, "unknown case '" + c + "' (cases:" + known + ")");
   }
   if (o.quick) o.plan_rep_s = 0.0002;
+  if (o.quick && !rounds_given) o.rounds = 1;
   return o;
 }
 
@@ -239,6 +269,34 @@ std::string rate(double bytes, double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", bytes / s / 1e9);
   return buf;
+}
+
+// One measurement over the rounds (device 0): every repetition's time, and
+// each round's median.
+struct series {
+  std::vector<double> spans, round_medians;
+  int reps = 0;
+
+  void add(const timing& t) {
+    spans.insert(spans.end(), t.spans.begin(), t.spans.end());
+    round_medians.push_back(t.median_s);
+    reps += t.reps;
+  }
+  double median_s() const { return spans.empty() ? 0 : median(spans); }
+};
+
+// a's round medians over b's, round by round (a ratio of times measured a
+// few milliseconds apart): their median, lowest and highest.
+struct ratio_over_rounds {
+  double median = 0, low = 0, high = 0;
+};
+ratio_over_rounds ratios(const series& a, const series& b) {
+  std::vector<double> r;
+  for (std::size_t i = 0; i < a.round_medians.size() && i < b.round_medians.size(); ++i) {
+    if (b.round_medians[i] > 0) r.push_back(a.round_medians[i] / b.round_medians[i]);
+  }
+  if (r.empty()) return {};
+  return {median(r), *std::min_element(r.begin(), r.end()), *std::max_element(r.begin(), r.end())};
 }
 
 // What the devices of one case share. Device 0 decides how many repetitions
@@ -250,7 +308,8 @@ struct shared_state {
   int plan_inner = 1;
   std::size_t pieces = 0;
   std::string from, to;  // the tensors' descriptions, from device 0
-  timing conversion, reference, reference_written, floor, plan;
+  series conversion, reference, reference_written, floor;
+  timing plan;
   // The floor's: each device's source slice, and the repetition each device
   // has shown its source for and finished reading in.
   std::array<const void*, devices> sources{};
@@ -262,7 +321,8 @@ struct row {
   std::string name, note;
   std::uint64_t total = 0, max_received = 0, max_written = 0;
   std::size_t pieces = 0;
-  timing conversion, reference, reference_written, floor, plan;
+  series conversion, reference, reference_written, floor;
+  timing plan;
   int plan_inner = 1;
   std::string from, to;
 };
@@ -356,67 +416,94 @@ row run_case(const options& opt, std::string name, const Shape& s, const From& f
     }
     if (!b.all_ok()) return;
 
-    // The memcpy references: this device's received bytes, then its target
-    // slice's bytes, its own buffers.
-    auto reference = [&](std::size_t bytes) {
-      auto src = std::make_unique<std::byte[]>(std::max<std::size_t>(bytes, 1));
-      auto dst = std::make_unique<std::byte[]>(std::max<std::size_t>(bytes, 1));
-      std::memset(src.get(), me + 1, bytes);
-      std::memset(dst.get(), 0, bytes);
-      std::memcpy(dst.get(), src.get(), bytes);  // warm-up
-      const timing ref = b.time_it([&] { reference_copy(dst.get(), src.get(), bytes); });
-      if (bytes && (dst[0] != src[0] || dst[bytes - 1] != src[bytes - 1])) b.fail("memcpy reference went wrong");
-      return ref;
-    };
-    const timing ref = reference(received);
-    if (me == 0) sh.reference = ref;
-    const timing ref_written = reference(written);
-    if (me == 0) sh.reference_written = ref_written;
+    // The memcpy references copy this device's received bytes, then its
+    // target slice's bytes, between buffers of its own.
+    struct copy_buffers {
+      std::size_t bytes;
+      aligned_array<std::byte> src, dst;
+      copy_buffers(std::size_t n, int fill)
+          : bytes(n), src(make_aligned_array<std::byte>(n)), dst(make_aligned_array<std::byte>(n)) {
+        std::memset(src.get(), fill, n);
+        std::memset(dst.get(), 0, n);
+        std::memcpy(dst.get(), src.get(), n);  // warm-up
+      }
+      void copy() { reference_copy(dst.get(), src.get(), bytes); }
+      bool right() const { return !bytes || (dst[0] == src[0] && dst[bytes - 1] == src[bytes - 1]); }
+    } received_copy(received, me + 1), written_copy(written, me + 1);
 
-    // The floor: the conversion's copies with only the waits they need.
-    {
-      Y kept = convert(x, to);
-      const auto planned = typemesh::detail::plan_of<typename Y::layout_type>(x, to);
-      const auto& route = planned->route;
-      const typemesh::detail::local_slice<const T, rank> in{std::as_const(x).data(), x.slice()};
-      const bool shares = typemesh::detail::kept_in_place(route, in) >= 0;
-      // Written only where the target does not share the source's elements
-      // (then it receives nothing and keeps its part in place).
-      const typemesh::detail::local_slice<T, rank> out{shares ? nullptr : kept.data(), kept.slice()};
-      sh.sources[me] = in.data;
-      sh.shown[me] = 0;
-      sh.read[me] = 0;
-      b.barrier();
-      int rep = 0;
-      const timing f = b.time_it([&] {
-        ++rep;
-        sh.shown[me].store(rep, std::memory_order_release);
-        if (!shares) typemesh::detail::copy_pieces(x.space(), in.data, route.kept, out);
-        for (const auto& [sender, pieces] : route.receives) {
-          while (sh.shown[sender].load(std::memory_order_acquire) < rep) std::this_thread::yield();
-          typemesh::detail::copy_pieces(x.space(), static_cast<const T*>(sh.sources[sender]), pieces, out);
+    // The floor: the conversion's copies with only the waits they need, into
+    // a target kept from one conversion.
+    Y kept = convert(x, to);
+    const auto planned = typemesh::detail::plan_of<typename Y::layout_type>(x, to);
+    const auto& route = planned->route;
+    const typemesh::detail::local_slice<const T, rank> in{std::as_const(x).data(), x.slice()};
+    const bool shares = typemesh::detail::kept_in_place(route, in) >= 0;
+    // Written only where the target does not share the source's elements
+    // (then it receives nothing and keeps its part in place).
+    const typemesh::detail::local_slice<T, rank> out{shares ? nullptr : kept.data(), kept.slice()};
+    sh.sources[me] = in.data;
+    sh.shown[me] = 0;
+    sh.read[me] = 0;
+    int floor_rep = 0;
+    auto floor = [&] {
+      const int rep = ++floor_rep;
+      sh.shown[me].store(rep, std::memory_order_release);
+      if (!shares) typemesh::detail::copy_pieces(x.space(), in.data, route.kept, out);
+      for (const auto& [sender, pieces] : route.receives) {
+        while (sh.shown[sender].load(std::memory_order_acquire) < rep) std::this_thread::yield();
+        typemesh::detail::copy_pieces(x.space(), static_cast<const T*>(sh.sources[sender]), pieces, out);
+      }
+      sh.read[me].store(rep, std::memory_order_release);
+      for (int reader : route.readers) {
+        while (sh.read[reader].load(std::memory_order_acquire) < rep) std::this_thread::yield();
+      }
+    };
+    b.barrier();
+
+    // The four measurements take turns, a short block each per round, each
+    // round starting one further along: on a machine whose speed changes
+    // from second to second, a conversion and its references are then timed
+    // under the same conditions, and their ratios are taken round by round.
+    const repeat_options each = opt.per_round();
+    const std::uint64_t before = dev.traffic().bytes_received();
+    int conversions = 0;
+    for (int round = 0; round < opt.rounds; ++round) {
+      for (int turn = 0; turn < 4; ++turn) {
+        switch ((round + turn) % 4) {
+          case 0: {
+            const timing t = b.time_it(each, [&] { return convert(x, to); });
+            conversions += t.reps;
+            if (me == 0) sh.conversion.add(t);
+            break;
+          }
+          case 1: {
+            const timing t = b.time_it(each, [&] { received_copy.copy(); });
+            if (me == 0) sh.reference.add(t);
+            break;
+          }
+          case 2: {
+            const timing t = b.time_it(each, [&] { written_copy.copy(); });
+            if (me == 0) sh.reference_written.add(t);
+            break;
+          }
+          default: {
+            const timing t = b.time_it(each, floor);
+            if (me == 0) sh.floor.add(t);
+          }
         }
-        sh.read[me].store(rep, std::memory_order_release);
-        for (int reader : route.readers) {
-          while (sh.read[reader].load(std::memory_order_acquire) < rep) std::this_thread::yield();
-        }
-      });
-      if (me == 0) sh.floor = f;
-      auto back = typemesh::export_tensor(kept);
-      if (!(to.contains(me) ? back == whole : back.empty())) {
-        b.fail("device " + std::to_string(me) + ": " + name + ": the floor's target does not export to the original");
       }
     }
-
-    // The conversion.
-    const std::uint64_t before = dev.traffic().bytes_received();
-    const timing t = b.time_it([&] { return convert(x, to); });
     const std::uint64_t moved = dev.traffic().bytes_received() - before;
-    if (moved != received * static_cast<std::uint64_t>(t.reps)) {
-      b.fail("device " + std::to_string(me) + ": " + name + ": " + std::to_string(t.reps) + " timed conversions received " +
-             std::to_string(moved) + " bytes, not " + std::to_string(t.reps) + " x " + std::to_string(received));
+    if (!received_copy.right() || !written_copy.right()) b.fail("memcpy reference went wrong");
+    auto back = typemesh::export_tensor(kept);  // sends and receives too
+    if (!(to.contains(me) ? back == whole : back.empty())) {
+      b.fail("device " + std::to_string(me) + ": " + name + ": the floor's target does not export to the original");
     }
-    if (me == 0) sh.conversion = t;
+    if (moved != received * static_cast<std::uint64_t>(conversions)) {
+      b.fail("device " + std::to_string(me) + ": " + name + ": " + std::to_string(conversions) +
+             " timed conversions received " + std::to_string(moved) + " bytes, not " + std::to_string(conversions) +
+             " x " + std::to_string(received));
+    }
 
     // The plan only.
     b.barrier();
@@ -450,21 +537,25 @@ row run_case(const options& opt, std::string name, const Shape& s, const From& f
 void print_legend(const options& opt) {
   std::printf(
       "typemesh host backend: relayouts and mesh replacements on 8 devices vs memcpy, same run\n"
+      "  rounds    the conversion, both memcpy references and the floor take turns, %d rounds\n"
+      "            of at least %.0f ms of timed work each (%.0f ms in all); ratios are each\n"
+      "            round's medians over each other, then their median over the rounds\n"
       "  total     bytes of the whole float tensor\n"
       "  max recv  most bytes one device receives per conversion (dev.traffic().bytes_received())\n"
-      "  reps      timed repetitions (at least %d, and at least %.0f ms of timed work)\n"
+      "  reps      timed repetitions of the conversion, over all rounds\n"
       "  time      MEDIAN over the repetitions of (last device's end - first device's start),\n"
       "            every repetition starting at dev.barrier(all)\n"
       "  recv/s    max recv / time                                   [GB/s]\n"
       "  memcpy    median time of 8 device threads (same launch, same barrier) each\n"
       "            memcpy-ing as many bytes as it receives in the conversion, at once\n"
       "  memcpy/s  max recv / memcpy time                            [GB/s]\n"
-      "  ratio     recv/s / memcpy/s (1.0 = moves its bytes as fast as memcpy)\n"
+      "  ratio     memcpy / time (1.0 = moves its bytes as fast as memcpy)\n"
       "  written   most bytes one device writes into its target slice (received + kept;\n"
       "            nothing where the target shares its source's elements)\n"
       "  memcpy w  median time of the 8 devices each memcpy-ing as many bytes as it\n"
       "            writes, at once: the floor of any conversion into a new tensor\n"
       "  ratio w   memcpy w / time (what the 0.8 target reads on one host: docs/performance.md)\n"
+      "  rounds w  the lowest and highest round's ratio w\n"
       "  floor     median time of the conversion's own copies between the same slices, each\n"
       "            device waiting only for the sources it reads and for its readers (flags):\n"
       "            no plan lookup, allocation, meeting place or locks\n"
@@ -475,30 +566,32 @@ void print_legend(const options& opt) {
       "            lookup in the thread's memo, which made the plan at its first call\n"
       "  plan%%     plan / time\n"
       "  GB = 10^9 bytes\n",
-      opt.min_reps, opt.min_time_s * 1e3);
+      opt.rounds, opt.per_round().min_time_s * 1e3, opt.min_time_s * 1e3);
 }
 
 void print_header() {
-  std::printf("%-5s %10s %10s %5s %11s %8s %11s %9s %6s %10s %11s %7s %11s %8s %6s %10s %6s\n", "case", "total",
+  std::printf("%-5s %10s %10s %5s %11s %8s %11s %9s %6s %10s %11s %7s %11s %11s %8s %6s %10s %6s\n", "case", "total",
               "max recv", "reps", "time", "recv/s", "memcpy", "memcpy/s", "ratio", "written", "memcpy w", "ratio w",
-              "floor", "of floor", "pieces", "plan", "plan%");
+              "rounds w", "floor", "of floor", "pieces", "plan", "plan%");
 }
 
 void print_row(const row& r) {
   const double mr = static_cast<double>(r.max_received);
-  const double ratio = mr > 0 ? r.reference.median_s / r.conversion.median_s : 0;
-  char ratio_text[16] = "-", written_text[16] = "-";
-  if (mr > 0) std::snprintf(ratio_text, sizeof ratio_text, "%.3f", ratio);
+  const double time = r.conversion.median_s();
+  char ratio_text[16] = "-", written_text[16] = "-", range_text[24] = "-";
+  if (mr > 0) std::snprintf(ratio_text, sizeof ratio_text, "%.3f", ratios(r.reference, r.conversion).median);
   if (r.max_written > 0) {
-    std::snprintf(written_text, sizeof written_text, "%.3f", r.reference_written.median_s / r.conversion.median_s);
+    const ratio_over_rounds w = ratios(r.reference_written, r.conversion);
+    std::snprintf(written_text, sizeof written_text, "%.3f", w.median);
+    std::snprintf(range_text, sizeof range_text, "%.2f-%.2f", w.low, w.high);
   }
-  std::printf("%-5s %10s %10s %5d %11s %8s %11s %9s %6s %10s %11s %7s %11s %8.3f %6zu %10s %5.1f%%\n",
+  std::printf("%-5s %10s %10s %5d %11s %8s %11s %9s %6s %10s %11s %7s %11s %11s %8.3f %6zu %10s %5.1f%%\n",
               r.name.c_str(), human_bytes(static_cast<double>(r.total)).c_str(), human_bytes(mr).c_str(),
-              r.conversion.reps, human_time(r.conversion.median_s).c_str(), rate(mr, r.conversion.median_s).c_str(),
-              human_time(r.reference.median_s).c_str(), rate(mr, r.reference.median_s).c_str(), ratio_text,
-              human_bytes(static_cast<double>(r.max_written)).c_str(), human_time(r.reference_written.median_s).c_str(),
-              written_text, human_time(r.floor.median_s).c_str(), r.floor.median_s / r.conversion.median_s, r.pieces,
-              human_time(r.plan.median_s).c_str(), 100.0 * r.plan.median_s / r.conversion.median_s);
+              r.conversion.reps, human_time(time).c_str(), rate(mr, time).c_str(),
+              human_time(r.reference.median_s()).c_str(), rate(mr, r.reference.median_s()).c_str(), ratio_text,
+              human_bytes(static_cast<double>(r.max_written)).c_str(), human_time(r.reference_written.median_s()).c_str(),
+              written_text, range_text, human_time(r.floor.median_s()).c_str(), ratios(r.floor, r.conversion).median,
+              r.pieces, human_time(r.plan.median_s).c_str(), 100.0 * r.plan.median_s / time);
   std::fflush(stdout);
 }
 

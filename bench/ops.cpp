@@ -256,8 +256,9 @@ void elementwise(const options& o, int bs, int ns) {
     auto x = typemesh::import_tensor<layout<>>(m, typemesh::host_tensor<float, shape<b, n>>({bs, ns}, xs));
     auto y = typemesh::import_tensor<layout<>>(m, typemesh::host_tensor<float, shape<b, n>>({bs, ns}, ys));
     auto v = typemesh::import_tensor<layout<>>(m, typemesh::host_tensor<float, shape<n>>({ns}, bias));
-    std::vector<float> dst(xs.size());
-    const double copy = time_median(o, [&] { typemesh_bench::reference_copy(dst.data(), xs.data(), bytes); });
+    auto src = typemesh_bench::make_aligned_array<float>(xs.size()), dst = typemesh_bench::make_aligned_array<float>(xs.size());
+    std::copy(xs.begin(), xs.end(), src.get());
+    const double copy = time_median(o, [&] { typemesh_bench::reference_copy(dst.get(), src.get(), bytes); });
 
     auto sum = x + y;
     auto r = typemesh::relu(x);

@@ -12,6 +12,7 @@
 
 #include "typemesh/backend/config.hpp"
 #include "typemesh/backend/functors.hpp"
+#include "typemesh/backend/host/copy_bytes.hpp"
 #include "typemesh/backend/parallel.hpp"
 #include "typemesh/backend/storage.hpp"
 
@@ -173,7 +174,7 @@ struct copy_rows {
 #if defined(__CUDA_ARCH__)
     for (std::int64_t j = 0; j < rows_extent[Rank - 1]; ++j) dst[d + j] = src[s + j];
 #else
-    std::memcpy(dst + d, src + s, rows_extent[Rank - 1] * sizeof(T));
+    host::copy_bytes(dst + d, src + s, rows_extent[Rank - 1] * sizeof(T));
 #endif
   }
 };
@@ -313,7 +314,7 @@ struct copy_row_blocks {
     const auto bytes = static_cast<std::size_t>(rows.rows_extent[Rank - 1]) * sizeof(T);
     row_walk<T, Rank> at(rows, first);
     if (!streamed) {
-      for (std::int64_t row = first; row < end; ++row, at.next()) std::memcpy(rows.dst + at.d, rows.src + at.s, bytes);
+      for (std::int64_t row = first; row < end; ++row, at.next()) host::copy_bytes(rows.dst + at.d, rows.src + at.s, bytes);
       return;
     }
     constexpr std::size_t page_bytes = 4096, prefetch_bytes = 8192;

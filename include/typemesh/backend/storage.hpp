@@ -12,6 +12,7 @@
 #pragma once
 
 #include "typemesh/backend/config.hpp"
+#include "typemesh/backend/host/copy_bytes.hpp"
 #include "typemesh/core/space.hpp"
 
 #include <algorithm>
@@ -344,7 +345,7 @@ device_span<T> span_of(cuda_space, T* data, std::size_t n) {
 // Copies n elements from `src` in one space to `dst` in another (or the same).
 template <class T>
 void copy_elements(host_space, T* dst, host_space, const T* src, std::size_t n) {
-  if (n) std::memcpy(dst, src, n * sizeof(T));
+  host::copy_bytes(dst, src, n * sizeof(T));
 }
 #if defined(TYPEMESH_CUDA)
 template <class To, class From, class T>

@@ -50,6 +50,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "typemesh/backend/host/copy_bytes.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/group.hpp"
 #include "typemesh/runtime/communicator.hpp"
@@ -656,7 +657,7 @@ class host_world {
           const std::size_t bytes = mine.count * size_of(mine.type);
           mine.owned.reset(new (std::nothrow) std::byte[std::max<std::size_t>(bytes, 1)]);
           if (mine.owned) {
-            if (bytes) std::memcpy(mine.owned.get(), mine.data, bytes);
+            if (bytes) backend::host::copy_bytes(mine.owned.get(), mine.data, bytes);
             mine.data = mine.owned.get();
             mine.detached = true;
           } else {
@@ -719,7 +720,7 @@ class host_communicator {
         // The last member to arrive folded the inputs in member order
         // (host_world::fold_small_allreduce): every member gets the same bits.
         session s(*this, g, c, true, bytes_of(in, n * sizeof(T)));
-        if (n) std::memcpy(out, s.small_sum(), n * sizeof(T));
+        if (n) backend::host::copy_bytes(out, s.small_sum(), n * sizeof(T));
         return;
       }
       const std::size_t gs = g.size();
@@ -735,7 +736,7 @@ class host_communicator {
       for (std::size_t j = 0; j < gs; ++j) {
         const T* src = static_cast<const T*>(s.calls()[j].out);
         const std::size_t count = chunk_begin(j + 1) - chunk_begin(j);
-        if (count) std::memcpy(static_cast<T*>(out) + chunk_begin(j), src, count * sizeof(T));  // empty chunks may be null
+        if (count) backend::host::copy_bytes(static_cast<T*>(out) + chunk_begin(j), src, count * sizeof(T));  // empty chunks may be null
       }
     });
   }
@@ -744,7 +745,7 @@ class host_communicator {
     const std::size_t bytes = n * size_of(t);
     session s(*this, g, {op_kind::allgather, n, t, {}, 0, in, out}, small(bytes), bytes_of(in, bytes));
     for (int j = 0; j < g.size() && bytes; ++j)  // empty buffers may be null: no memcpy at all
-      std::memcpy(static_cast<std::byte*>(out) + j * bytes, s.input(j), bytes);
+      backend::host::copy_bytes(static_cast<std::byte*>(out) + j * bytes, s.input(j), bytes);
   }
 
   void reduce_scatter(const group& g, const void* in, void* out, std::size_t n, dtype t, reduce_op op) {
@@ -760,7 +761,7 @@ class host_communicator {
     session s(*this, g, {op_kind::alltoall, n, t, {}, 0, in, out}, small(g.size() * bytes),
               bytes_of(in, g.size() * bytes));
     for (int j = 0; j < g.size() && bytes; ++j) {  // empty buffers may be null: no memcpy at all
-      std::memcpy(static_cast<std::byte*>(out) + j * bytes, s.input(j) + s.member * bytes, bytes);
+      backend::host::copy_bytes(static_cast<std::byte*>(out) + j * bytes, s.input(j) + s.member * bytes, bytes);
     }
   }
 
@@ -769,12 +770,12 @@ class host_communicator {
     const bool is_root = g.index_of(device_) == root;  // only the root's input is read
     session s(*this, g, {op_kind::broadcast, n, t, {}, root, buffer, buffer}, small(bytes),
               is_root ? bytes_of(buffer, bytes) : std::span<const std::byte>{});
-    if (!is_root && bytes) std::memcpy(buffer, s.input(root), bytes);
+    if (!is_root && bytes) backend::host::copy_bytes(buffer, s.input(root), bytes);
   }
 
   void send(int to, const void* in, std::size_t n, dtype t, int tag) {
     host_world::message msg{t, n, std::make_unique_for_overwrite<std::byte[]>(n * size_of(t)), n * size_of(t)};
-    if (msg.size) std::memcpy(msg.bytes.get(), in, msg.size);
+    if (msg.size) backend::host::copy_bytes(msg.bytes.get(), in, msg.size);
     world_->post(device_, to, tag, std::move(msg));
   }
 
@@ -785,7 +786,7 @@ class host_communicator {
                                          " (", detail::describe_tag(tag), "), but the message holds ", msg.count, " ",
                                          name_of(msg.type)));
     }
-    if (n) std::memcpy(out, msg.bytes.get(), n * size_of(t));
+    if (n) backend::host::copy_bytes(out, msg.bytes.get(), n * size_of(t));
   }
 
   // A transfer's pairs at once, through shared memory; see

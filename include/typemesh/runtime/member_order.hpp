@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "typemesh/backend/host/copy_bytes.hpp"
 #include "typemesh/runtime/communicator.hpp"
 
 namespace typemesh::detail {
@@ -19,7 +20,7 @@ namespace typemesh::detail {
 template <class T, class Inputs = std::vector<const T*>>
 void reduce_in_member_order(T* out, const Inputs& in, std::size_t offset, std::size_t n, reduce_op op) {
   if (n == 0) return;  // an empty chunk's pointers may be null
-  if (out != in[0] + offset) std::memcpy(out, in[0] + offset, n * sizeof(T));
+  if (out != in[0] + offset) backend::host::copy_bytes(out, in[0] + offset, n * sizeof(T));
   for (std::size_t j = 1; j < in.size(); ++j) {
     const T* src = in[j] + offset;
     switch (op) {

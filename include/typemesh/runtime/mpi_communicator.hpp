@@ -64,6 +64,7 @@
 #include <utility>
 #include <vector>
 
+#include "typemesh/backend/host/copy_bytes.hpp"
 #include "typemesh/core/error.hpp"
 #include "typemesh/core/group.hpp"
 #include "typemesh/runtime/communicator.hpp"
@@ -629,7 +630,7 @@ class mpi_state {
   // Copies `parts` one after the other into `at`.
   static void gather(std::byte* at, std::initializer_list<part> parts) {
     for (const part& p : parts) {
-      if (p.bytes) std::memcpy(at, p.data, p.bytes);
+      if (p.bytes) backend::host::copy_bytes(at, p.data, p.bytes);
       at += p.bytes;
     }
   }
@@ -768,7 +769,10 @@ class mpi_communicator {
         // member order: the two-phase result, bit for bit, in one round.
         const T* src = static_cast<const T*>(in);
         T* slots = reinterpret_cast<T*>(s_->scratch(gs * n * sizeof(T)));
-        if (src == out && n) src = static_cast<const T*>(std::memcpy(slots + me * n, src, n * sizeof(T)));
+        if (src == out && n) {
+          backend::host::copy_bytes(slots + me * n, src, n * sizeof(T));
+          src = slots + me * n;
+        }
         // No allocation for groups of up to 16 (a heap block costs a few
         // percent of a 1 KiB call).
         std::array<const T*, 16> few;
@@ -796,7 +800,10 @@ class mpi_communicator {
         pieces[j] = slots + j * own;
       }
       pieces[me] = src + begin(me);
-      if (src == dst && own) pieces[me] = static_cast<const T*>(std::memcpy(slots + me * own, src + begin(me), own * sizeof(T)));
+      if (src == dst && own) {
+        backend::host::copy_bytes(slots + me * own, src + begin(me), own * sizeof(T));
+        pieces[me] = slots + me * own;
+      }
       exchange("allreduce", g, reduce_tag, t, receives, sends);
       detail::reduce_in_member_order<T>(dst + begin(me), pieces, 0, own, op);
 
@@ -815,7 +822,7 @@ class mpi_communicator {
     const std::size_t gs = g.size(), bytes = n * size_of(t);
     if (gs * bytes <= small_bytes) {
       std::byte* dst = static_cast<std::byte*>(out);
-      if (bytes) std::memcpy(dst + g.index_of(device()) * bytes, in, bytes);
+      if (bytes) backend::host::copy_bytes(dst + g.index_of(device()) * bytes, in, bytes);
       one_round("allgather", g, small_gather_tag, t, n, [&](std::size_t j) { return dst + j * bytes; },
                 [&](std::size_t) { return in; });
       return;
@@ -850,7 +857,7 @@ class mpi_communicator {
       const std::byte* src = static_cast<const std::byte*>(in);
       std::byte* dst = static_cast<std::byte*>(out);
       const std::size_t me = g.index_of(device());
-      if (bytes) std::memcpy(dst + me * bytes, src + me * bytes, bytes);
+      if (bytes) backend::host::copy_bytes(dst + me * bytes, src + me * bytes, bytes);
       one_round("alltoall", g, small_alltoall_tag, t, n, [&](std::size_t j) { return dst + j * bytes; },
                 [&](std::size_t j) { return src + j * bytes; });
       return;
@@ -1010,7 +1017,7 @@ class mpi_communicator {
       return static_cast<std::size_t>(size);
     }
     const std::size_t skip = header + lead.size();  // where `out` starts in the message with its size
-    std::memcpy(out, first + skip, got - skip);
+    backend::host::copy_bytes(out, first + skip, got - skip);
     // The other pieces, straight into `out`.
     const std::size_t rest = mpi_state::pieces_of(expected) - 1;
     std::array<MPI_Request, mpi_state::max_pieces> requests;
@@ -1056,7 +1063,7 @@ class mpi_communicator {
       const std::size_t lead = s_->restore_label(from, reinterpret_cast<const std::uint8_t*>(in), got,
                                                  static_cast<std::uint8_t*>(label));
       if (lead == 0) throw wrong_size(from, expected, dtype::u8, tag, static_cast<int>(got));
-      if (got - lead == bytes && bytes) std::memcpy(out, in + lead, bytes);
+      if (got - lead == bytes && bytes) backend::host::copy_bytes(out, in + lead, bytes);
       return got - lead;
     }
     if (got < label_bytes) throw wrong_size(from, expected, dtype::u8, tag, static_cast<int>(got));
