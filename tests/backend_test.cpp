@@ -292,9 +292,9 @@ TEST(BoxCopies, CopyAndStreamWriteExactlyTheBox) {
 
 // host::copy_bytes takes its own loops from 4 KiB where the two ends are not
 // aligned alike modulo 64, else memcpy. Each loop (SSE2, and AVX where the
-// CPU has it) must copy exactly the bytes asked for, from every offset of
-// either end within a line, for sizes around the threshold and the loops'
-// block lengths, leaving the bytes around the destination as they were.
+// CPU has it) must copy exactly the bytes asked for, from offsets across a
+// line at either end, for sizes around the threshold and the loops' block
+// lengths, leaving the bytes around the destination as they were.
 TEST(CopyBytes, CopiesExactlyTheBytesFromAnyAlignment) {
   namespace host = be::host;
   std::vector<host::simd_isa> isas{host::simd_isa::none};
