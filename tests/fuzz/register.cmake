@@ -5,7 +5,7 @@
 # skipped when clang++ or libFuzzer is missing. `ctest -L fuzz`.
 include_guard(GLOBAL)
 
-set(TYPEMESH_FUZZ_SECONDS 45 CACHE STRING "Seconds each fuzz test runs its fuzzer")
+set(TYPEMESH_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzz test runs its fuzzer")
 find_program(TYPEMESH_BASH bash)
 if(TYPEMESH_BASH)
   foreach(target graph_reader plan_reader plan_cli)
