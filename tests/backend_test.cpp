@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -290,29 +291,41 @@ TEST(BoxCopies, CopyAndStreamWriteExactlyTheBox) {
   }
 }
 
-// host::copy_bytes takes its own loops from 4 KiB where the two ends are not
-// aligned alike modulo 64, else memcpy. Each loop (SSE2, and AVX where the
-// CPU has it) must copy exactly the bytes asked for, from offsets across a
-// line at either end, for sizes around the threshold and the loops' block
-// lengths, leaving the bytes around the destination as they were.
+// host::copy_bytes takes its own loop from 4 KiB where the two ends are not
+// aligned alike modulo 64, else memcpy. It, and its loop on each instruction
+// set (SSE2, and AVX where the CPU has it) for every size, must copy exactly
+// the bytes asked for, from offsets across a line at either end, for sizes
+// around the threshold and the loops' block lengths, leaving the bytes
+// around the destination as they were.
 TEST(CopyBytes, CopiesExactlyTheBytesFromAnyAlignment) {
   namespace host = be::host;
-  std::vector<host::simd_isa> isas{host::simd_isa::none};
-  if (host::detected_simd_isa() != host::simd_isa::none) isas.push_back(host::detected_simd_isa());
+  std::vector<std::function<void(void*, const void*, std::size_t)>> copies{
+      [](void* d, const void* s, std::size_t n) { host::copy_bytes(d, s, n); }};
+#if TYPEMESH_HOST_SIMD
+  copies.push_back([](void* d, const void* s, std::size_t n) {
+    host::detail::copy_vectors(d, s, n, host::simd_isa::none);
+  });
+  if (host::detected_simd_isa() != host::simd_isa::none) {
+    copies.push_back([](void* d, const void* s, std::size_t n) {
+      host::detail::copy_vectors(d, s, n, host::detected_simd_isa());
+    });
+  }
+#endif
   const std::size_t sizes[] = {0, 1, 63, 4095, 4096, 4097, 4096 + 63, 4096 + 127, 5000, 65536 + 77};
   std::vector<unsigned char> src(70'000 + 128), dst(70'000 + 256);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
-  for (host::simd_isa isa : isas) {
+  for (std::size_t c = 0; c < copies.size(); ++c) {
     for (std::size_t n : sizes) {
       for (std::size_t from : {0, 1, 8, 16, 33, 63}) {
         for (std::size_t to : {0, 4, 16, 31, 32, 48, 63}) {
           std::fill(dst.begin(), dst.end(), static_cast<unsigned char>(0xA5));
-          host::copy_bytes(dst.data() + 64 + to, src.data() + from, n, isa);
+          copies[c](dst.data() + 64 + to, src.data() + from, n);
           for (std::size_t i = 0; i < dst.size(); ++i) {
             const bool inside = i >= 64 + to && i < 64 + to + n;
             const unsigned char want = inside ? src[from + i - 64 - to] : static_cast<unsigned char>(0xA5);
             ASSERT_EQ(dst[i], want) << "byte " << i << " of a copy of " << n << " bytes from offset " << from
-                                    << " to offset " << to << ", isa " << static_cast<int>(isa);
+                                    << " to offset " << to << ", copy " << c
+                                    << " (0: copy_bytes, 1: SSE2 loop, 2: AVX loop)";
           }
         }
       }

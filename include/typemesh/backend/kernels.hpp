@@ -143,7 +143,7 @@ struct region {
 };
 
 namespace detail {
-// Copies one innermost row of the box per call.
+// The rows of a host box copy: where each starts in src and in dst.
 template <class T, std::size_t Rank>
 struct copy_rows {
   const T* src;
@@ -156,8 +156,7 @@ struct copy_rows {
 
   // Where row `row` starts in src and in dst, and (if asked) its
   // coordinate in each outer dim.
-  TYPEMESH_HOST_DEVICE void locate(std::int64_t row, std::int64_t& s, std::int64_t& d,
-                                   std::int64_t* index = nullptr) const {
+  void locate(std::int64_t row, std::int64_t& s, std::int64_t& d, std::int64_t* index = nullptr) const {
     s = src_offset, d = dst_offset;
     for (std::size_t i = Rank - 1; i-- > 0;) {
       std::int64_t c = row % rows_extent[i];
@@ -168,15 +167,6 @@ struct copy_rows {
     }
   }
 
-  TYPEMESH_HOST_DEVICE void operator()(std::int64_t row) const {
-    std::int64_t s, d;
-    locate(row, s, d);
-#if defined(__CUDA_ARCH__)
-    for (std::int64_t j = 0; j < rows_extent[Rank - 1]; ++j) dst[d + j] = src[s + j];
-#else
-    host::copy_bytes(dst + d, src + s, rows_extent[Rank - 1] * sizeof(T));
-#endif
-  }
 };
 
 template <std::size_t Rank>
@@ -190,12 +180,11 @@ std::array<std::int64_t, Rank> strides(const std::array<std::int64_t, Rank>& ext
   return st;
 }
 
-// The rows of a box copy (Rank >= 1, no zero extent) and how many there are.
-// On the host, trailing dims the box spans whole in both arrays join the
-// row, up to default_grain elements (more rows are left for the kernel
-// threads): few long memcpys instead of many short ones. A GPU copies a row
-// per thread, so there rows stay short. The joined dims become ones.
-template <class Space, class T, std::size_t Rank>
+// The rows of a host box copy (Rank >= 1, no zero extent) and how many
+// there are. Trailing dims the box spans whole in both arrays join the row,
+// up to default_grain elements (more rows are left for the kernel threads):
+// few long copies instead of many short ones. The joined dims become ones.
+template <class T, std::size_t Rank>
 copy_rows<T, Rank> rows_of(const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
                            const std::array<std::int64_t, Rank>& extent, std::int64_t& rows) {
   copy_rows<T, Rank> k{src, dst, {}, {}, {}, 0, 0};
@@ -210,7 +199,7 @@ copy_rows<T, Rank> rows_of(const T* src, const region<Rank>& from, T* dst, const
     if (i + 1 < Rank) rows *= extent[i];
   }
   std::size_t last = Rank - 1;
-  while (std::is_same_v<Space, host_space> && last > 0 && extent[last] == from.array_extent[last] &&
+  while (last > 0 && extent[last] == from.array_extent[last] &&
          extent[last] == to.array_extent[last] && k.rows_extent[last - 1] * k.rows_extent[last] <= default_grain) {
     k.rows_extent[last - 1] *= k.rows_extent[last];
     k.rows_extent[last] = 1;
@@ -252,21 +241,12 @@ inline void stream_bytes(std::byte* d, const std::byte* s, std::size_t n) {
     std::memcpy(d, s, head);
     d += head, s += head, n -= head;
   }
-  for (; n >= 64; n -= 64, d += 64, s += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
-  }
-  for (; n >= 16; n -= 16, d += 16, s += 16) {
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
-  }
-#endif
+  host::detail::copy_in_blocks<__m128i>(d, s, n, [](std::byte* at, const __m128i& v) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(at), v);
+  });
+#else
   if (n > 0) std::memcpy(d, s, n);
+#endif
 }
 inline void stream_fence() {
 #if TYPEMESH_STREAM_STORES
@@ -333,36 +313,33 @@ struct copy_row_blocks {
   }
 };
 
-// Runs copy_row_blocks over a box's rows, a block of about `block_bytes`
-// for each index of the parallel loop.
+// A box copy on the host: copy_row_blocks over the box's rows, a block of
+// about 64 KiB for each index of the parallel loop.
 template <class T, std::size_t Rank>
-void copy_box_rows(host_space space, const copy_rows<T, Rank>& k, std::int64_t rows, std::int64_t block_bytes,
-                   bool streamed) {
-  const std::int64_t row_bytes = k.rows_extent[Rank - 1] * std::int64_t(sizeof(T));
-  const std::int64_t per_block = std::max<std::int64_t>(1, block_bytes / row_bytes);
-  const std::int64_t blocks = (rows + per_block - 1) / per_block;
-  parallel_for(space, blocks, copy_row_blocks<T, Rank>{k, per_block, rows, streamed},
-               grain_for(per_block * k.rows_extent[Rank - 1]));
+void copy_box_in_blocks(host_space space, const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
+                        const std::array<std::int64_t, Rank>& extent, bool streamed) {
+  for (std::size_t i = 0; i < Rank; ++i)
+    if (extent[i] == 0) return;
+  if constexpr (Rank == 0) {
+    *dst = *src;
+  } else {
+    std::int64_t rows = 0;
+    const auto k = rows_of(src, from, dst, to, extent, rows);
+    const std::int64_t row_bytes = k.rows_extent[Rank - 1] * std::int64_t(sizeof(T));
+    const std::int64_t per_block = std::max<std::int64_t>(1, (std::int64_t(64) << 10) / row_bytes);
+    const std::int64_t blocks = (rows + per_block - 1) / per_block;
+    parallel_for(space, blocks, copy_row_blocks<T, Rank>{k, per_block, rows, streamed},
+                 grain_for(per_block * k.rows_extent[Rank - 1]));
+  }
 }
 }  // namespace detail
 
 // Copies a box of `extent` from src (at from.begin) into dst (at to.begin),
-// both in memory of the space.
-template <class Space, class T, std::size_t Rank>
-void copy_box(Space space, const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
+// both in host memory (backend/cuda/kernels.hpp has the GPU's).
+template <class T, std::size_t Rank>
+void copy_box(host_space space, const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
               const std::array<std::int64_t, Rank>& extent) {
-  for (std::size_t i = 0; i < Rank; ++i)
-    if (extent[i] == 0) return;
-  if constexpr (Rank == 0) {
-    parallel_for(space, 1, [=] TYPEMESH_KERNEL(std::int64_t) { *dst = *src; });
-  } else {
-    std::int64_t rows = 0;
-    auto k = detail::rows_of<Space>(src, from, dst, to, extent, rows);
-    if constexpr (std::is_same_v<Space, host_space>)
-      detail::copy_box_rows(space, k, rows, default_grain * std::int64_t(sizeof(T)), false);
-    else
-      parallel_for(space, rows, k, grain_for(k.rows_extent[Rank - 1]));
-  }
+  detail::copy_box_in_blocks(space, src, from, dst, to, extent, false);
 }
 
 // copy_box for a large target that is not read again soon (a transfer's
@@ -373,15 +350,7 @@ void copy_box(Space space, const T* src, const region<Rank>& from, T* dst, const
 template <class T, std::size_t Rank>
 void stream_box(host_space space, const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
                 const std::array<std::int64_t, Rank>& extent) {
-  if constexpr (Rank == 0 || !TYPEMESH_STREAM_STORES) {
-    copy_box(space, src, from, dst, to, extent);
-  } else {
-    for (std::size_t i = 0; i < Rank; ++i)
-      if (extent[i] == 0) return;
-    std::int64_t rows = 0;
-    auto k = detail::rows_of<host_space>(src, from, dst, to, extent, rows);
-    detail::copy_box_rows(space, k, rows, std::int64_t(64) << 10, true);
-  }
+  detail::copy_box_in_blocks(space, src, from, dst, to, extent, TYPEMESH_STREAM_STORES != 0);
 }
 
 }  // namespace typemesh::backend

@@ -21,10 +21,6 @@
 
 #include "typemesh/backend/host/simd.hpp"
 
-#if TYPEMESH_HOST_SIMD
-#include <immintrin.h>
-#endif
-
 namespace typemesh::backend::host {
 
 // Copies of fewer bytes always go to std::memcpy (below glibc's threshold
@@ -32,62 +28,60 @@ namespace typemesh::backend::host {
 inline constexpr std::size_t own_copy_min_bytes = 4096;
 
 namespace detail {
+// Copies n bytes in blocks of four vectors of type V (loaded unaligned, each
+// written with store(at, v)), then the rest with memcpy. Written once for
+// copy_bytes' loops and stream_bytes (backend/kernels.hpp), inlined into
+// each with its vector type and store.
+template <class V, class Store>
+[[gnu::always_inline]] inline void copy_in_blocks(std::byte* d, const std::byte* s, std::size_t n, Store store) {
+  constexpr std::size_t w = sizeof(V), step = 4 * w;
+  for (; n >= step; n -= step, d += step, s += step) {
+    V a, b, c, e;
+    std::memcpy(&a, s, w);
+    std::memcpy(&b, s + w, w);
+    std::memcpy(&c, s + 2 * w, w);
+    std::memcpy(&e, s + 3 * w, w);
+    store(d, a);
+    store(d + w, b);
+    store(d + 2 * w, c);
+    store(d + 3 * w, e);
+  }
+  if (n) std::memcpy(d, s, n);
+}
+
 #if TYPEMESH_HOST_SIMD
-// Bytes up to the destination's next 64-byte boundary, with memcpy.
-inline std::size_t copy_head(std::byte*& d, const std::byte*& s, std::size_t n) {
+// The copy_bytes loop with vectors of V: the bytes up to the destination's
+// next 64-byte boundary with memcpy, then aligned stores.
+template <class V>
+[[gnu::always_inline]] inline void copy_aligning(std::byte* d, const std::byte* s, std::size_t n) {
   const std::size_t head = std::min(n, (64 - (reinterpret_cast<std::uintptr_t>(d) & 63)) & 63);
   std::memcpy(d, s, head);
-  d += head, s += head;
-  return n - head;
+  copy_in_blocks<V>(d + head, s + head, n - head, [](std::byte* at, const V& v) { *reinterpret_cast<V*>(at) = v; });
 }
 
-inline void copy_sse2(std::byte* d, const std::byte* s, std::size_t n) {
-  n = copy_head(d, s, n);
-  for (; n >= 64; n -= 64, d += 64, s += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
-    _mm_store_si128(reinterpret_cast<__m128i*>(d), a);
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + 16), b);
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + 32), c);
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + 48), e);
-  }
-  std::memcpy(d, s, n);
-}
-
+typedef char bytes16 __attribute__((vector_size(16)));
+typedef char bytes32 __attribute__((vector_size(32)));
+inline void copy_sse2(std::byte* d, const std::byte* s, std::size_t n) { copy_aligning<bytes16>(d, s, n); }
 __attribute__((target("avx"))) inline void copy_avx(std::byte* d, const std::byte* s, std::size_t n) {
-  n = copy_head(d, s, n);
-  for (; n >= 128; n -= 128, d += 128, s += 128) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32));
-    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 64));
-    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 96));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d), a);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d + 32), b);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d + 64), c);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d + 96), e);
-  }
-  std::memcpy(d, s, n);
+  copy_aligning<bytes32>(d, s, n);
+}
+
+// copy_bytes' own loop: AVX for any isa but none (a CPU with AVX2 has AVX),
+// else SSE2. Tests call it with each.
+inline void copy_vectors(void* dst, const void* src, std::size_t n, simd_isa isa) {
+  auto* d = static_cast<std::byte*>(dst);
+  const auto* s = static_cast<const std::byte*>(src);
+  if (isa != simd_isa::none) copy_avx(d, s, n);
+  else copy_sse2(d, s, n);
 }
 #endif
 }  // namespace detail
 
 // Copies n bytes from src to dst, which do not overlap, as std::memcpy does.
-// `isa` picks the loop for copies that need one (tests try each); any value
-// but none means the CPU runs AVX.
-inline void copy_bytes(void* dst, const void* src, std::size_t n, simd_isa isa = detected_simd_isa()) {
+inline void copy_bytes(void* dst, const void* src, std::size_t n) {
 #if TYPEMESH_HOST_SIMD
   const auto apart = reinterpret_cast<std::uintptr_t>(dst) - reinterpret_cast<std::uintptr_t>(src);
-  if (n >= own_copy_min_bytes && (apart & 63) != 0) {
-    auto* d = static_cast<std::byte*>(dst);
-    const auto* s = static_cast<const std::byte*>(src);
-    if (isa != simd_isa::none) detail::copy_avx(d, s, n);
-    else detail::copy_sse2(d, s, n);
-    return;
-  }
-#else
-  (void)isa;
+  if (n >= own_copy_min_bytes && (apart & 63) != 0) return detail::copy_vectors(dst, src, n, detected_simd_isa());
 #endif
   if (n) std::memcpy(dst, src, n);
 }
