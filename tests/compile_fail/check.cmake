@@ -3,7 +3,10 @@
 #
 #   cmake -DCASE=<name> -DSOURCE=<case>.cpp -DMODE=fail|valid
 #         -DCOMPILER=<c++> -DINCLUDE_DIR=<typemesh include dir>
-#         [-DSYSTEM_INCLUDE_DIRS=<dir>|<dir>...] -P check.cmake
+#         [-DSYSTEM_INCLUDE_DIRS=<dir>|<dir>...] [-DPRELUDE=<header>]
+#         -P check.cmake
+#   cmake -DMODE=prelude -DPRELUDE=<header> -DDEPFILE=<file> -DCOMPILER=...
+#         -DINCLUDE_DIR=... [-DSYSTEM_INCLUDE_DIRS=...] -P check.cmake
 #
 # MODE=fail  compiles the mistake (-DFIXED=0) and asserts that
 #            1. the compile fails,
@@ -16,12 +19,21 @@
 #               `diagnostic::dim_mapped_twice<batch,`.
 # MODE=valid compiles the same code with the mistake fixed (-DFIXED=1) and
 #            asserts that it compiles.
+# MODE=prelude (g++ only) precompiles the header PRELUDE into PRELUDE.gch,
+#            with the flags the cases compile with, and lists the headers
+#            it read in DEPFILE. Given PRELUDE, the other modes compile
+#            with `-include PRELUDE`, which g++ takes from PRELUDE.gch
+#            where that is up to date (and parses otherwise).
 #
 # The compile is -fsyntax-only: templates are instantiated, and so checked,
 # but no code is generated. On any failure the compiler's output is printed.
 cmake_minimum_required(VERSION 3.25)
 
-foreach(_var IN ITEMS CASE SOURCE MODE COMPILER INCLUDE_DIR)
+set(_required MODE COMPILER INCLUDE_DIR)
+if(NOT MODE STREQUAL "prelude")
+  list(APPEND _required CASE SOURCE)
+endif()
+foreach(_var IN LISTS _required)
   if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
     message(FATAL_ERROR "check.cmake: pass -D${_var}=...")
   endif()
@@ -30,10 +42,14 @@ if(MODE STREQUAL "fail")
   set(_fixed 0)
 elseif(MODE STREQUAL "valid")
   set(_fixed 1)
+elseif(MODE STREQUAL "prelude")
+  if(NOT PRELUDE OR NOT DEPFILE)
+    message(FATAL_ERROR "check.cmake: MODE=prelude needs -DPRELUDE=<header> and -DDEPFILE=<file>")
+  endif()
 else()
-  message(FATAL_ERROR "check.cmake: MODE must be fail or valid, not '${MODE}'")
+  message(FATAL_ERROR "check.cmake: MODE must be fail, valid or prelude, not '${MODE}'")
 endif()
-if(NOT EXISTS "${SOURCE}")
+if(NOT MODE STREQUAL "prelude" AND NOT EXISTS "${SOURCE}")
   message(FATAL_ERROR "check.cmake: no case source '${SOURCE}'")
 endif()
 
@@ -47,11 +63,30 @@ if(DEFINED SYSTEM_INCLUDE_DIRS AND NOT SYSTEM_INCLUDE_DIRS STREQUAL "")
 endif()
 
 # LC_ALL=C: plain ASCII quotes in the messages, whatever the user's locale.
+# The prelude and the cases share these flags, or g++ would not use the
+# precompiled prelude (-DFIXED is not among them: no header reads it).
+set(_flags -std=c++20 -fdiagnostics-color=never ${_includes}
+  -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP)
+if(MODE STREQUAL "prelude")
+  execute_process(
+    COMMAND "${CMAKE_COMMAND}" -E env LC_ALL=C "${COMPILER}" ${_flags}
+      -x c++-header "${PRELUDE}" -o "${PRELUDE}.gch"
+      -MD -MF "${DEPFILE}" -MT "${PRELUDE}.gch"
+    RESULT_VARIABLE _result)
+  if(NOT _result EQUAL 0)
+    message(FATAL_ERROR "check.cmake: precompiling ${PRELUDE} failed (${_result})")
+  endif()
+  return()
+endif()
+set(_prelude)
+if(PRELUDE)
+  # -Winvalid-pch: `ctest -V` shows why a stale precompiled prelude was
+  # not used.
+  set(_prelude -include "${PRELUDE}" -Winvalid-pch)
+endif()
 set(_command
   "${CMAKE_COMMAND}" -E env LC_ALL=C
-  "${COMPILER}" -std=c++20 -fsyntax-only -fdiagnostics-color=never
-  ${_includes}
-  -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP
+  "${COMPILER}" ${_flags} -fsyntax-only ${_prelude}
   -DFIXED=${_fixed}
   "${SOURCE}")
 

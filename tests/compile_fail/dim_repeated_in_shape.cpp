@@ -6,9 +6,9 @@
 using namespace typemesh;
 
 #if FIXED
-using square = shape<k, n>;
+using square_weights = shape<k, n>;
 #else
-using square = shape<k, k>;
+using square_weights = shape<k, k>;
 #endif
 
-square weight_shape() { return {128, 128}; }
+square_weights weight_shape() { return {128, 128}; }
