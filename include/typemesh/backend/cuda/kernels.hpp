@@ -35,22 +35,25 @@ struct copy_box_elements {
 }  // namespace detail
 
 template <class T, std::size_t Rank>
-  requires(Rank > 0)
 void copy_box(cuda_space space, const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
               const std::array<std::int64_t, Rank>& extent) {
-  std::int64_t n = 1;
-  for (std::size_t i = 0; i < Rank; ++i) n *= extent[i];
-  if (n == 0) return;
-  detail::copy_box_elements<T, Rank> k{src, dst, {}, {}, {}, 0, 0};
-  const auto ss = detail::strides(from.array_extent), ds = detail::strides(to.array_extent);
-  for (std::size_t i = 0; i < Rank; ++i) {
-    k.extent[i] = extent[i];
-    k.src_stride[i] = ss[i];
-    k.dst_stride[i] = ds[i];
-    k.src_offset += from.begin[i] * ss[i];
-    k.dst_offset += to.begin[i] * ds[i];
+  if constexpr (Rank == 0) {  // a scalar
+    parallel_for(space, 1, [=] TYPEMESH_KERNEL(std::int64_t) { *dst = *src; });
+  } else {
+    std::int64_t n = 1;
+    for (std::size_t i = 0; i < Rank; ++i) n *= extent[i];
+    if (n == 0) return;
+    detail::copy_box_elements<T, Rank> k{src, dst, {}, {}, {}, 0, 0};
+    const auto ss = detail::strides(from.array_extent), ds = detail::strides(to.array_extent);
+    for (std::size_t i = 0; i < Rank; ++i) {
+      k.extent[i] = extent[i];
+      k.src_stride[i] = ss[i];
+      k.dst_stride[i] = ds[i];
+      k.src_offset += from.begin[i] * ss[i];
+      k.dst_offset += to.begin[i] * ds[i];
+    }
+    parallel_for(space, n, k);
   }
-  parallel_for(space, n, k);
 }
 
 }  // namespace typemesh::backend
