@@ -16,6 +16,9 @@
 #     replace_mesh is named by the next one.
 #   mpi.programs_8, mpi.training_4: the conversion property test and a small
 #     network trained on both backends (losses and weights equal).
+#   mpi.ready_messages_4, mpi.ready_notices_wrong_2: the large-message tests
+#     with ready notices sent as messages, as between nodes
+#     (TYPEMESH_MPI_READY_NOTICES=messages); a wrong value of that variable.
 include_guard(GLOBAL)
 
 if(NOT TARGET typemesh::mpi)
@@ -39,6 +42,25 @@ block(SCOPE_FOR VARIABLES)
     # cores beside another test missed that once (at a machine load of 6).
     set_tests_properties(mpi.collectives_${_n} PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL TRUE)
   endforeach()
+
+  # Ready notices as messages, the way they go between nodes (within a node
+  # they are words in shared memory): the large-message tests again; and a
+  # wrong TYPEMESH_MPI_READY_NOTICES is named.
+  typemesh_mpiexec(_mpiexec 4)
+  add_test(NAME mpi.ready_messages_4
+    COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> ${MPIEXEC_POSTFLAGS} --gtest_filter=*LargeMessages*
+      --gtest_color=no)
+  # Some test ran, and none failed.
+  set_tests_properties(mpi.ready_messages_4 PROPERTIES LABELS mpi TIMEOUT 120 RUN_SERIAL TRUE
+    ENVIRONMENT TYPEMESH_MPI_READY_NOTICES=messages
+    PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9][0-9]* tests?\\..*mpi tests on 4 ranks: passed"
+    FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|ranks: FAILED")
+  typemesh_mpiexec(_mpiexec 2)
+  add_test(NAME mpi.ready_notices_wrong_2
+    COMMAND ${_mpiexec} $<TARGET_FILE:typemesh-mpi-tests> ${MPIEXEC_POSTFLAGS} --gtest_filter=MpiSendRecv.Large*)
+  set_tests_properties(mpi.ready_notices_wrong_2 PROPERTIES LABELS mpi TIMEOUT 60
+    ENVIRONMENT TYPEMESH_MPI_READY_NOTICES=nodes
+    PASS_REGULAR_EXPRESSION "TYPEMESH_MPI_READY_NOTICES is 'nodes': it takes 'shared'")
 
   # Expected to fail: the pass condition is the message, and the test's
   # TIMEOUT catches a hang.
