@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "gemm_reference.hpp"
 #include "support.hpp"
 
 namespace {
@@ -488,17 +489,9 @@ void check_blas_blocks() {
     for (std::int64_t i = 0; i < g.m; ++i) {
       for (std::int64_t j = 0; j < g.n; ++j) {
         const auto e = static_cast<std::size_t>(i * g.ldc + j);
-        double sum = 0, scale = 0;
-        for (std::int64_t p = 0; p < g.k; ++p) {
-          const double x = g.trans_a ? a[static_cast<std::size_t>(p * g.lda + i)]
-                                     : a[static_cast<std::size_t>(i * g.lda + p)];
-          const double y = g.trans_b ? b[static_cast<std::size_t>(j * g.ldb + p)]
-                                     : b[static_cast<std::size_t>(p * g.ldb + j)];
-          sum += x * y;
-          scale += std::abs(x * y);
-        }
-        want[e] = double(g.alpha) * sum + double(g.beta) * c0[e];
-        bound[e] = 4 * double(std::numeric_limits<T>::epsilon()) * (scale + std::abs(double(c0[e])) + 1);
+        const tt::dot_and_scale r = tt::reference_dot(g, a.data(), b.data(), i, j);
+        want[e] = double(g.alpha) * r.dot + double(g.beta) * c0[e];
+        bound[e] = 4 * double(std::numeric_limits<T>::epsilon()) * (r.scale + std::abs(double(c0[e])) + 1);
       }
     }
     const auto check = [&](const std::vector<T>& got, int threads) {

@@ -32,6 +32,8 @@
 #include <typemesh/backend/random.hpp>
 #include <typemesh/runtime/launch.hpp>
 
+#include "gemm_reference.hpp"
+
 namespace {
 
 namespace backend = typemesh::backend;
@@ -434,18 +436,10 @@ void check_gemm_cases(const std::vector<gemm_case>& cases, const char* kernel, c
             ASSERT_TRUE(same_bits(got, c0[static_cast<std::size_t>(i * g.ldc + j)])) << what;
             continue;
           }
-          double sum = 0, scale = 0;
-          for (std::int64_t p = 0; p < g.k; ++p) {
-            const double av = g.trans_a ? a[static_cast<std::size_t>(p * g.lda + i)]
-                                        : a[static_cast<std::size_t>(i * g.lda + p)];
-            const double bv = g.trans_b ? b[static_cast<std::size_t>(j * g.ldb + p)]
-                                        : b[static_cast<std::size_t>(p * g.ldb + j)];
-            sum += av * bv;
-            scale += std::abs(av * bv);
-          }
+          const tt::dot_and_scale r = tt::reference_dot(g, a.data(), b.data(), i, j);
           const double c_in = g.beta == 0.0f ? 0.0 : c0[static_cast<std::size_t>(i * g.ldc + j)];
-          const double want = g.alpha * sum + g.beta * c_in;
-          ASSERT_NEAR(got, want, 1e-6 * (std::abs(g.alpha) * scale + std::abs(g.beta * c_in)) + 1e-6)
+          const double want = g.alpha * r.dot + g.beta * c_in;
+          ASSERT_NEAR(got, want, 1e-6 * (std::abs(g.alpha) * r.scale + std::abs(g.beta * c_in)) + 1e-6)
               << what << " at (" << i << ", " << j << ")";
         }
       }
