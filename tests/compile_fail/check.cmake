@@ -5,7 +5,7 @@
 #         -DCOMPILER=<c++> -DINCLUDE_DIR=<typemesh include dir>
 #         [-DSYSTEM_INCLUDE_DIRS=<dir>|<dir>...] [-DPRELUDE=<header>]
 #         -P check.cmake
-#   cmake -DMODE=prelude -DPRELUDE=<header> -DDEPFILE=<file> -DCOMPILER=...
+#   cmake -DMODE=prelude -DPRELUDE=<header> -DCOMPILER=...
 #         -DINCLUDE_DIR=... [-DSYSTEM_INCLUDE_DIRS=...] -P check.cmake
 #
 # MODE=fail  compiles the mistake (-DFIXED=0) and asserts that
@@ -21,9 +21,10 @@
 #            asserts that it compiles.
 # MODE=prelude (g++ only) precompiles the header PRELUDE into PRELUDE.gch,
 #            with the flags the cases compile with, and lists the headers
-#            it read in DEPFILE. Given PRELUDE, the other modes compile
-#            with `-include PRELUDE`, which g++ takes from PRELUDE.gch
-#            where that is up to date (and parses otherwise).
+#            it read in PRELUDE.d. Given PRELUDE, the other modes compile
+#            with `-include PRELUDE` when PRELUDE.gch is newer than every
+#            header it was made of, and without it otherwise: g++ does not
+#            check, and a header edited since would be read twice.
 #
 # The compile is -fsyntax-only: templates are instantiated, and so checked,
 # but no code is generated. On any failure the compiler's output is printed.
@@ -43,8 +44,8 @@ if(MODE STREQUAL "fail")
 elseif(MODE STREQUAL "valid")
   set(_fixed 1)
 elseif(MODE STREQUAL "prelude")
-  if(NOT PRELUDE OR NOT DEPFILE)
-    message(FATAL_ERROR "check.cmake: MODE=prelude needs -DPRELUDE=<header> and -DDEPFILE=<file>")
+  if(NOT PRELUDE)
+    message(FATAL_ERROR "check.cmake: MODE=prelude needs -DPRELUDE=<header>")
   endif()
 else()
   message(FATAL_ERROR "check.cmake: MODE must be fail, valid or prelude, not '${MODE}'")
@@ -71,17 +72,42 @@ if(MODE STREQUAL "prelude")
   execute_process(
     COMMAND "${CMAKE_COMMAND}" -E env LC_ALL=C "${COMPILER}" ${_flags}
       -x c++-header "${PRELUDE}" -o "${PRELUDE}.gch"
-      -MD -MF "${DEPFILE}" -MT "${PRELUDE}.gch"
+      -MD -MF "${PRELUDE}.d" -MT "${PRELUDE}.gch"
     RESULT_VARIABLE _result)
   if(NOT _result EQUAL 0)
     message(FATAL_ERROR "check.cmake: precompiling ${PRELUDE} failed (${_result})")
   endif()
   return()
 endif()
+# Whether PRELUDE.gch is there and newer than every header in PRELUDE.d.
+function(_prelude_current result)
+  set(${result} FALSE PARENT_SCOPE)
+  if(NOT EXISTS "${PRELUDE}.gch" OR NOT EXISTS "${PRELUDE}.d")
+    return()
+  endif()
+  file(READ "${PRELUDE}.d" _deps)
+  string(REPLACE "\\\n" " " _deps "${_deps}")
+  string(REGEX REPLACE "^[^:]*: *" "" _deps "${_deps}")
+  string(STRIP "${_deps}" _deps)
+  separate_arguments(_deps UNIX_COMMAND "${_deps}")
+  foreach(_header IN LISTS _deps)
+    if(NOT "${PRELUDE}.gch" IS_NEWER_THAN "${_header}")
+      return()
+    endif()
+  endforeach()
+  set(${result} TRUE PARENT_SCOPE)
+endfunction()
+
 set(_prelude)
 if(PRELUDE)
-  # -Winvalid-pch: `ctest -V` shows why a stale precompiled prelude was
-  # not used.
+  _prelude_current(_current)
+endif()
+if(PRELUDE AND NOT _current)
+  message(STATUS "[${CASE}] ${PRELUDE}.gch is missing or older than a header it was made of "
+    "(build the target typemesh-compile-fail-prelude): compiled without it")
+elseif(PRELUDE)
+  # -Winvalid-pch: `ctest -V` shows why g++ did not use the precompiled
+  # prelude (flags that differ, say).
   set(_prelude -include "${PRELUDE}" -Winvalid-pch)
 endif()
 set(_command

@@ -143,32 +143,6 @@ struct region {
 };
 
 namespace detail {
-// The rows of a host box copy: where each starts in src and in dst.
-template <class T, std::size_t Rank>
-struct copy_rows {
-  const T* src;
-  T* dst;
-  std::int64_t rows_extent[Rank];  // box extents; the last is the row length
-  std::int64_t src_stride[Rank];
-  std::int64_t dst_stride[Rank];
-  std::int64_t src_offset;
-  std::int64_t dst_offset;
-
-  // Where row `row` starts in src and in dst, and (if asked) its
-  // coordinate in each outer dim.
-  void locate(std::int64_t row, std::int64_t& s, std::int64_t& d, std::int64_t* index = nullptr) const {
-    s = src_offset, d = dst_offset;
-    for (std::size_t i = Rank - 1; i-- > 0;) {
-      std::int64_t c = row % rows_extent[i];
-      row /= rows_extent[i];
-      s += c * src_stride[i];
-      d += c * dst_stride[i];
-      if (index) index[i] = c;
-    }
-  }
-
-};
-
 template <std::size_t Rank>
 std::array<std::int64_t, Rank> strides(const std::array<std::int64_t, Rank>& extent) {
   std::array<std::int64_t, Rank> st{};
@@ -180,6 +154,53 @@ std::array<std::int64_t, Rank> strides(const std::array<std::int64_t, Rank>& ext
   return st;
 }
 
+// A box copy between two row-major arrays (Rank >= 1): the box's extent,
+// each array's strides, and where the box starts in each. The host's rows
+// (copy_rows) and the GPU's elements (backend/cuda/kernels.hpp) walk it.
+template <class T, std::size_t Rank>
+struct box_copy {
+  const T* src;
+  T* dst;
+  std::int64_t extent[Rank];
+  std::int64_t src_stride[Rank];
+  std::int64_t dst_stride[Rank];
+  std::int64_t src_offset;
+  std::int64_t dst_offset;
+};
+
+template <class T, std::size_t Rank>
+box_copy<T, Rank> box_copy_of(const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
+                              const std::array<std::int64_t, Rank>& extent) {
+  box_copy<T, Rank> b{src, dst, {}, {}, {}, 0, 0};
+  const auto ss = strides(from.array_extent), ds = strides(to.array_extent);
+  for (std::size_t i = 0; i < Rank; ++i) {
+    b.extent[i] = extent[i];
+    b.src_stride[i] = ss[i];
+    b.dst_stride[i] = ds[i];
+    b.src_offset += from.begin[i] * ss[i];
+    b.dst_offset += to.begin[i] * ds[i];
+  }
+  return b;
+}
+
+// The rows of a host box copy (extent's last entry is the row length):
+// where each starts in src and in dst.
+template <class T, std::size_t Rank>
+struct copy_rows : box_copy<T, Rank> {
+  // Where row `row` starts in src and in dst, and (if asked) its
+  // coordinate in each outer dim.
+  void locate(std::int64_t row, std::int64_t& s, std::int64_t& d, std::int64_t* index = nullptr) const {
+    s = this->src_offset, d = this->dst_offset;
+    for (std::size_t i = Rank - 1; i-- > 0;) {
+      std::int64_t c = row % this->extent[i];
+      row /= this->extent[i];
+      s += c * this->src_stride[i];
+      d += c * this->dst_stride[i];
+      if (index) index[i] = c;
+    }
+  }
+};
+
 // The rows of a host box copy (Rank >= 1, no zero extent) and how many
 // there are. Trailing dims the box spans whole in both arrays join the row,
 // up to default_grain elements (more rows are left for the kernel threads):
@@ -187,29 +208,21 @@ std::array<std::int64_t, Rank> strides(const std::array<std::int64_t, Rank>& ext
 template <class T, std::size_t Rank>
 copy_rows<T, Rank> rows_of(const T* src, const region<Rank>& from, T* dst, const region<Rank>& to,
                            const std::array<std::int64_t, Rank>& extent, std::int64_t& rows) {
-  copy_rows<T, Rank> k{src, dst, {}, {}, {}, 0, 0};
-  auto ss = strides(from.array_extent), ds = strides(to.array_extent);
+  copy_rows<T, Rank> k{box_copy_of(src, from, dst, to, extent)};
   rows = 1;
-  for (std::size_t i = 0; i < Rank; ++i) {
-    k.rows_extent[i] = extent[i];
-    k.src_stride[i] = ss[i];
-    k.dst_stride[i] = ds[i];
-    k.src_offset += from.begin[i] * ss[i];
-    k.dst_offset += to.begin[i] * ds[i];
-    if (i + 1 < Rank) rows *= extent[i];
-  }
+  for (std::size_t i = 0; i + 1 < Rank; ++i) rows *= extent[i];
   std::size_t last = Rank - 1;
   while (last > 0 && extent[last] == from.array_extent[last] &&
-         extent[last] == to.array_extent[last] && k.rows_extent[last - 1] * k.rows_extent[last] <= default_grain) {
-    k.rows_extent[last - 1] *= k.rows_extent[last];
-    k.rows_extent[last] = 1;
+         extent[last] == to.array_extent[last] && k.extent[last - 1] * k.extent[last] <= default_grain) {
+    k.extent[last - 1] *= k.extent[last];
+    k.extent[last] = 1;
     rows /= extent[last - 1];
     --last;
   }
   if (last != Rank - 1) {
     // Move the joined row to the last place, where copy_rows expects it.
-    k.rows_extent[Rank - 1] = k.rows_extent[last];
-    k.rows_extent[last] = 1;
+    k.extent[Rank - 1] = k.extent[last];
+    k.extent[last] = 1;
     k.src_stride[last] = k.dst_stride[last] = 0;
   }
   return k;
@@ -267,7 +280,7 @@ struct row_walk {
   void next() {
     for (std::size_t i = Rank - 1; i-- > 0;) {
       s += rows.src_stride[i], d += rows.dst_stride[i];
-      if (++index[i] < rows.rows_extent[i]) return;
+      if (++index[i] < rows.extent[i]) return;
       s -= index[i] * rows.src_stride[i], d -= index[i] * rows.dst_stride[i];
       index[i] = 0;
     }
@@ -291,7 +304,7 @@ struct copy_row_blocks {
 
   void operator()(std::int64_t block) const {
     const std::int64_t first = block * per_block, end = std::min(count, first + per_block);
-    const auto bytes = static_cast<std::size_t>(rows.rows_extent[Rank - 1]) * sizeof(T);
+    const auto bytes = static_cast<std::size_t>(rows.extent[Rank - 1]) * sizeof(T);
     row_walk<T, Rank> at(rows, first);
     if (!streamed) {
       for (std::int64_t row = first; row < end; ++row, at.next()) host::copy_bytes(rows.dst + at.d, rows.src + at.s, bytes);
@@ -325,11 +338,11 @@ void copy_box_in_blocks(host_space space, const T* src, const region<Rank>& from
   } else {
     std::int64_t rows = 0;
     const auto k = rows_of(src, from, dst, to, extent, rows);
-    const std::int64_t row_bytes = k.rows_extent[Rank - 1] * std::int64_t(sizeof(T));
+    const std::int64_t row_bytes = k.extent[Rank - 1] * std::int64_t(sizeof(T));
     const std::int64_t per_block = std::max<std::int64_t>(1, (std::int64_t(64) << 10) / row_bytes);
     const std::int64_t blocks = (rows + per_block - 1) / per_block;
     parallel_for(space, blocks, copy_row_blocks<T, Rank>{k, per_block, rows, streamed},
-                 grain_for(per_block * k.rows_extent[Rank - 1]));
+                 grain_for(per_block * k.extent[Rank - 1]));
   }
 }
 }  // namespace detail

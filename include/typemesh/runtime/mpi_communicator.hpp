@@ -116,8 +116,8 @@ class mpi_state {
  public:
   // Collective over `world`: duplicates it, so the run's messages never mix
   // with the program's own MPI traffic or with another launch's.
-  mpi_state(MPI_Comm world, std::chrono::milliseconds timeout)
-      : timeout_(timeout), shared_ready_notices_(shared_ready_notices()) {
+  mpi_state(MPI_Comm world, std::chrono::milliseconds timeout) : timeout_(timeout) {
+    const bool shared_notices = shared_ready_notices();  // before any collective
     // All at once: each duplication is a collective round, and a program
     // may launch many times.
     MPI_Comm* const comms[] = {&world_,          &everyone_, &labelled_, &pieces_world_,  &pieces_labelled_,
@@ -143,7 +143,7 @@ class mpi_state {
     check(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
     MPI_Comm_size(node, &ranks_on_node_);
     MPI_Comm_rank(node, &rank_on_node_);
-    open_ready_slots(node);
+    open_ready_slots(node, shared_notices);
     MPI_Comm_free(&node);
     oversubscribed_ = ranks_on_node_ > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
@@ -708,8 +708,10 @@ class mpi_state {
   // than a notice's trip as a message (2-3 us of a 16 KiB round trip).
   // ready_slots_[r] is device r's slots, for the devices of this node only;
   // TYPEMESH_MPI_READY_NOTICES=messages sends every notice as a message
-  // instead (the way they go between nodes). Collective over the node.
-  void open_ready_slots(MPI_Comm node) {
+  // instead (the way they go between nodes; `shared` false). Collective over
+  // the node, and made either way, so that ranks that read the variable
+  // differently still take part in the same collectives.
+  void open_ready_slots(MPI_Comm node, bool shared) {
     std::uint64_t* mine = nullptr;
     check(MPI_Win_allocate_shared(static_cast<MPI_Aint>(size_ * sizeof(std::uint64_t)), sizeof(std::uint64_t),
                                   MPI_INFO_NULL, node, &mine, &ready_window_),
@@ -735,11 +737,12 @@ class mpi_state {
       ready_slots_[r] = static_cast<std::uint64_t*>(base);
     }
     check(MPI_Barrier(node), "MPI_Barrier");  // every slot is zero before any is read
-    if (!shared_ready_notices_) ready_slots_.assign(size_, nullptr);
+    if (!shared) ready_slots_.assign(size_, nullptr);
   }
 
   // TYPEMESH_MPI_READY_NOTICES: "shared" (or unset) or "messages". Read
-  // before any collective, so that a wrong value fails alike on every rank.
+  // before any collective, so that a wrong value fails on every rank before
+  // any of them waits for another.
   static bool shared_ready_notices() {
     const char* how = std::getenv("TYPEMESH_MPI_READY_NOTICES");
     const std::string_view value = how ? how : "";
@@ -795,7 +798,6 @@ class mpi_state {
   }
 
   std::chrono::milliseconds timeout_;
-  bool shared_ready_notices_ = true;
   MPI_Comm world_ = MPI_COMM_NULL, everyone_ = MPI_COMM_NULL, labelled_ = MPI_COMM_NULL;
   MPI_Comm pieces_world_ = MPI_COMM_NULL, pieces_labelled_ = MPI_COMM_NULL;  // messages sent in pieces
   MPI_Comm large_world_ = MPI_COMM_NULL, large_labelled_ = MPI_COMM_NULL;  // messages of direct_bytes or more

@@ -13,23 +13,18 @@
 namespace typemesh::backend {
 
 namespace detail {
+// One element of a box copy (detail::box_copy, backend/kernels.hpp) per call.
 template <class T, std::size_t Rank>
-struct copy_box_elements {
-  const T* src;
-  T* dst;
-  std::int64_t extent[Rank];
-  std::int64_t src_stride[Rank];
-  std::int64_t dst_stride[Rank];
-  std::int64_t src_offset, dst_offset;
+struct copy_box_elements : box_copy<T, Rank> {
   __device__ void operator()(std::int64_t i) const {
-    std::int64_t s = src_offset, d = dst_offset;
+    std::int64_t s = this->src_offset, d = this->dst_offset;
     for (std::size_t k = Rank; k-- > 0;) {
-      const std::int64_t c = i % extent[k];
-      i /= extent[k];
-      s += c * src_stride[k];
-      d += c * dst_stride[k];
+      const std::int64_t c = i % this->extent[k];
+      i /= this->extent[k];
+      s += c * this->src_stride[k];
+      d += c * this->dst_stride[k];
     }
-    dst[d] = src[s];
+    this->dst[d] = this->src[s];
   }
 };
 }  // namespace detail
@@ -43,15 +38,7 @@ void copy_box(cuda_space space, const T* src, const region<Rank>& from, T* dst, 
     std::int64_t n = 1;
     for (std::size_t i = 0; i < Rank; ++i) n *= extent[i];
     if (n == 0) return;
-    detail::copy_box_elements<T, Rank> k{src, dst, {}, {}, {}, 0, 0};
-    const auto ss = detail::strides(from.array_extent), ds = detail::strides(to.array_extent);
-    for (std::size_t i = 0; i < Rank; ++i) {
-      k.extent[i] = extent[i];
-      k.src_stride[i] = ss[i];
-      k.dst_stride[i] = ds[i];
-      k.src_offset += from.begin[i] * ss[i];
-      k.dst_offset += to.begin[i] * ds[i];
-    }
+    const detail::copy_box_elements<T, Rank> k{detail::box_copy_of(src, from, dst, to, extent)};
     parallel_for(space, n, k);
   }
 }
