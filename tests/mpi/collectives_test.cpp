@@ -11,7 +11,8 @@
 //   --fail=finished rank 0 returns while rank 1 waits for its message: at once
 //   --fail=leftover rank 0 sends a message nobody receives: named at the end
 //   --fail=leftover_labelled  the same with a labelled message whose label
-//                   went without its text: named in full
+//                   went without its text, and one whose label went apart:
+//                   named in full
 //   --fail=skip_transfer  rank 3 skips a replace_mesh: the next one names both
 #include <mpi.h>
 
@@ -318,7 +319,8 @@ TEST(MpiSendRecv, LargeMessagesArriveWhetherOrNotTheReceiverWaits) {
   // Sizes on both sides of each line (floats: 1000 is 4000 B, whole; 1001
   // and 2997 go in two and three pieces; 2998 is 11992 B, whole again).
   // Labelled, with the 256 B label in the same message below 11992 B in
-  // all: 936 goes whole, 937 in pieces, 2933 in three, 2934 apart.
+  // all: 936 goes whole, 937 in pieces, 2933 in three, 2934 apart (the
+  // label just ahead of the data).
   const std::vector<std::size_t> sizes{1024, 1025, 3, 5000, 70'000, 1023, 1000, 1001, 2997, 2998, 936, 937, 2933, 2934};
   auto body = [&](device& dev) {
     const int me = dev.id(), peer = me ^ 1;  // pairs (0 1) (2 3) ...
@@ -347,8 +349,8 @@ TEST(MpiSendRecv, LargeMessagesArriveWhetherOrNotTheReceiverWaits) {
     }
     // 2. Ping-pong, on a tag and labelled: mostly to a waiting receiver.
     for (int tag : {4, -1}) {
-      for (int k = 0; k < 8; ++k) {
-        const std::size_t size = sizes[k % sizes.size()];
+      for (int k = 0; k < static_cast<int>(sizes.size()); ++k) {
+        const std::size_t size = sizes[k];
         if (first) {
           give(k, size, tag);
           take(k, size, tag);
@@ -501,7 +503,9 @@ TEST(MpiFailures, MessagesInPiecesOfTheWrongSizeAreTakenWholeAndNamed) {
 
 // A labelled message of another size than its receiver expects is named by
 // its label, whether the label leads the data's message (up to 11992 B in
-// all) or goes apart, and the next labelled message arrives intact.
+// all) or goes apart, and the next labelled message arrives intact: where a
+// label that went apart is taken in the place of another message, its data
+// is taken too.
 TEST(MpiFailures, LabelledMessagesOfTheWrongSizeAreNamedByTheirLabel) {
   const int n = world_size();
   launch({.devices = n, .timeout = 300ms}, [&](device& dev) {
@@ -513,7 +517,12 @@ TEST(MpiFailures, LabelledMessagesOfTheWrongSizeAreNamedByTheirLabel) {
     };
     const std::vector<mismatch> cases{
         {1500, 2000, false, "expects 2000 f32 from device 0, but device 0 sent 1500 f32"},  // both in pieces
-        {900, 4000, false, "expects 4000 f32 from device 0, but device 0 sent 900 f32"},    // whole, and apart
+        {5000, 4000, false, "expects 4000 f32 from device 0, but device 0 sent 5000 f32"},  // both apart
+        {4000, 70'000, false, "expects 70000 f32 from device 0, but device 0 sent 4000 f32"},
+        {900, 4000, false, "expects 4000 f32 from device 0, but device 0 sent 900 f32"},   // whole, and apart
+        {4000, 900, false, "expects 900 f32 from device 0, but device 0 sent 4000 f32"},   // apart, and whole
+        {2934, 900, false, "expects 900 f32 from device 0, but device 0 sent 2934 f32"},   // apart in pieces, and whole
+        {4000, 2000, true, "expects 2000 f32 from device 0, but device 0 sent 4000 f32"},  // apart, and in pieces
         {3, 2000, true, "expects 2000 f32 from device 0, but device 0 sent 3 f32"},        // whole, and in pieces
         {2000, 4000, true, "expects 4000 f32 from device 0, but device 0 sent 2000 f32"},  // in pieces, and apart
     };
@@ -891,10 +900,11 @@ int fail(const std::string& how) {
     });
   } else if (how == "leftover_labelled") {
     launch(n, [&](device& dev) {
-      std::vector<float> v(256);  // the second label goes without its text
+      std::vector<float> v(256), large(5000);  // the second label goes without its text
       if (dev.id() == 0) {
         dev.send_labelled<float>("the only op", 1, v);
         dev.send_labelled<float>("the only op", 1, v);
+        dev.send_labelled<float>("the only op", 1, large);  // its label apart, just ahead
       }
       if (dev.id() == 1) dev.recv_labelled<float>("the only op", 0, v);
     });

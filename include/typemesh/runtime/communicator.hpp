@@ -90,32 +90,21 @@ concept exchanging_communicator = communicator<C> && requires(C& c, const exchan
   c.exchange(side);
 };
 
-// Optional: a communicator that can use a hint hears through expect that
-// this device will soon receive `count` elements of `type` from `peer` on
-// `tag` (a labelled message's data, while its label is still on the way),
-// so it may tell the sender early that the receive is coming (MPI's ready
-// notice). The recv follows as usual.
-template <class C>
-concept expecting_communicator = communicator<C> && requires(C& c, std::size_t count, dtype type, int peer, int tag) {
-  c.expect(peer, count, type, tag);
-};
-
-// Optional: a communicator that carries a labelled message's label in the
-// message itself where one message costs less than two (MPI, up to a few
-// KiB). labels_inline(bytes) says where, for `bytes` of data;
-// send_with_label sends a label, given as its header and its operation's
-// text (`what`), and the data as one message on the labelled channel;
-// recv_with_label takes one into `label` and `data` and returns the bytes
-// of data it held. Labels are message_label::bytes (label_bytes); on the
-// way a label may go as its header alone, but recv_with_label gives it back
-// whole. A message of another size is
-// taken whole, its label still filled in (when it has one), so that the
-// caller names the mismatch from the label; its data is not written then.
+// Optional: a communicator that sends and receives a labelled message's
+// label and data itself (MPI: in one message where that costs less than
+// two), instead of the device sending the label as a message of its own
+// just ahead of the data. send_with_label sends a label, given as its
+// header and its operation's text (`what`), and the data on the labelled
+// channel; recv_with_label takes them into `label` and `data` and returns
+// the bytes of data that came. Labels are message_label::bytes
+// (label_bytes); on the way a label may go as its header alone, but
+// recv_with_label gives it back whole. A message of another size is taken
+// whole, its label still filled in (when it has one), so that the caller
+// names the mismatch from the label; its data is not written then.
 template <class C>
 concept inline_label_communicator = communicator<C> && requires(C& c, const void* in, void* out, std::size_t bytes,
                                                                 int peer, const std::uint8_t* header,
                                                                 std::string_view what) {
-  { c.labels_inline(bytes) } -> std::same_as<bool>;
   c.send_with_label(peer, header, what, in, bytes);
   { c.recv_with_label(peer, out, bytes, out, bytes) } -> std::same_as<std::size_t>;
 };

@@ -359,7 +359,7 @@ class device {
     check_type<E>();
     peer("send to", to);
     const std::size_t bytes = n * sizeof(E);
-    if (impl_->labels_inline(bytes)) {  // label and data in one message
+    if (impl_->labels_inline()) {  // the communicator sends label and data its own way
       const auto header = next_header(what, to, n, dtype_of<E>);
       count(op_kind::send, bytes, 0);
       in_communicator_memory<Space, E>(s, data, n, nullptr, 0, [&](const E* d, E*) {
@@ -379,7 +379,7 @@ class device {
     check_type<T>();
     peer("recv from", from);
     const std::size_t bytes = n * sizeof(T);
-    if (impl_->labels_inline(bytes)) {  // label and data in one message
+    if (impl_->labels_inline()) {  // the communicator sends label and data its own way
       in_communicator_memory<Space, T>(s, nullptr, 0, data, n, [&](const T*, T* d) {
         std::array<std::uint8_t, detail::message_label::bytes> label;
         const std::size_t got = impl_->recv_with_label(from, label.data(), label.size(), d, bytes);
@@ -392,7 +392,6 @@ class device {
       count(op_kind::recv, 0, bytes);
       return;
     }
-    impl_->expect(from, n, dtype_of<T>, detail::labelled_tag);
     receive_label<T>(what, from, n);
     count(op_kind::recv, 0, n * sizeof(T));
     in_communicator_memory<Space, T>(s, nullptr, 0, data, n, [&](const T*, T* d) {
@@ -458,8 +457,7 @@ class device {
     virtual void broadcast(const group&, void*, std::size_t, dtype, int) = 0;
     virtual void send(int, const void*, std::size_t, dtype, int) = 0;
     virtual void recv(int, void*, std::size_t, dtype, int) = 0;
-    virtual void expect(int, std::size_t, dtype, int) = 0;
-    virtual bool labels_inline(std::size_t) const = 0;
+    virtual bool labels_inline() const = 0;
     virtual void send_with_label(int, const std::uint8_t*, std::string_view, const void*, std::size_t) = 0;
     virtual std::size_t recv_with_label(int, void*, std::size_t, void*, std::size_t) = 0;
     virtual void barrier(const group&) = 0;
@@ -496,13 +494,7 @@ class device {
     }
     void send(int to, const void* in, std::size_t n, dtype t, int tag) override { c.send(to, in, n, t, tag); }
     void recv(int from, void* out, std::size_t n, dtype t, int tag) override { c.recv(from, out, n, t, tag); }
-    void expect(int from, std::size_t n, dtype t, int tag) override {
-      if constexpr (expecting_communicator<C>) c.expect(from, n, t, tag);
-    }
-    bool labels_inline(std::size_t bytes) const override {
-      if constexpr (inline_label_communicator<C>) return c.labels_inline(bytes);
-      else return false;
-    }
+    bool labels_inline() const override { return inline_label_communicator<C>; }
     void send_with_label(int to, const std::uint8_t* header, std::string_view what, const void* in,
                          std::size_t bytes) override {
       if constexpr (inline_label_communicator<C>) c.send_with_label(to, header, what, in, bytes);

@@ -26,7 +26,9 @@ namespace typemesh::detail {
 // The channel of labelled messages. Program tags are 0 or more.
 inline constexpr int labelled_tag = -1;
 
-inline std::string describe_tag(int tag) { return tag == labelled_tag ? std::string("labelled") : cat("tag ", tag); }
+// Negative tags are the library's own channels (labelled_tag, and the MPI
+// backend's labelled_data_tag).
+inline std::string describe_tag(int tag) { return tag < 0 ? std::string("labelled") : cat("tag ", tag); }
 
 struct message_label {
   static constexpr std::size_t bytes = 256;         // a whole label, its text included

@@ -194,17 +194,23 @@ class mpi_state {
   MPI_Comm world() const { return world_; }
   // Where messages of a tag and size go: program tags on world(), labelled
   // messages (detail::labelled_tag) on a communicator of their own, as MPI
-  // tag 0; messages sent in pieces (more than eager_bytes) and from
-  // direct_bytes on each on others again, so that a receive posted for
-  // fewer bytes never meets a large message (see recv_large) and pieces
-  // never meet whole messages.
+  // tag 0, and the data of a labelled message whose label went ahead of it
+  // (labelled_data_tag) there as MPI tag 1; messages sent in pieces (more
+  // than eager_bytes) and from direct_bytes on each on others again, so
+  // that a receive posted for fewer bytes never meets a large message (see
+  // recv_large) and pieces never meet whole messages.
   MPI_Comm comm_of(int tag, std::size_t bytes) const {
-    const bool labelled = tag == detail::labelled_tag;
+    const bool labelled = tag < 0;
     if (bytes >= direct_bytes) return labelled ? large_labelled_ : large_world_;
     if (bytes > eager_bytes) return labelled ? pieces_labelled_ : pieces_world_;
     return labelled ? labelled_ : world_;
   }
-  static int mpi_tag(int tag) { return tag == detail::labelled_tag ? 0 : tag; }
+  static constexpr int labelled_data_tag = -2;
+  static int mpi_tag(int tag) {
+    if (tag == detail::labelled_tag) return 0;
+    if (tag == labelled_data_tag) return 1;
+    return tag;
+  }
   std::chrono::milliseconds timeout() const { return timeout_; }
   int tag_ub() const { return tag_ub_; }
 
@@ -589,16 +595,17 @@ class mpi_state {
       if (size != static_cast<std::size_t>(bytes)) start += piece_header_bytes;
       bytes = static_cast<int>(size);
     }
-    // A labelled message starts with its label (alone, or with its data).
-    const bool labelled = comm == labelled_ || comm == pieces_labelled_;
-    if (labelled && static_cast<std::size_t>(bytes) >= detail::message_label::header_bytes) {
+    // A labelled message starts with its label, but for data whose label
+    // went ahead of it (labelled_data_tag).
+    const bool labelled = comm == labelled_ || comm == pieces_labelled_ || comm == large_labelled_;
+    const bool led = labelled && status.MPI_TAG == mpi_tag(detail::labelled_tag);
+    if (led && static_cast<std::size_t>(bytes) >= detail::message_label::header_bytes) {
       return detail::cat("device ", from, " sent device ", rank_, " ",
                          described_by_label(from, start, static_cast<std::size_t>(bytes), rank_), ", which device ",
                          rank_, " never received");
     }
     return detail::cat("device ", from, " sent device ", rank_, " ", bytes, " bytes (",
-                       comm == labelled_ || comm == pieces_labelled_ || comm == large_labelled_ ? std::string("labelled")
-                                                                    : detail::cat("tag ", status.MPI_TAG),
+                       labelled ? std::string("labelled") : detail::cat("tag ", status.MPI_TAG),
                        "), which device ", rank_, " never received");
   }
 
@@ -699,7 +706,7 @@ class mpi_state {
     sends_.push_back(std::move(s));
   }
 
-  MPI_Comm ready_of_tag(int tag) const { return tag == detail::labelled_tag ? labelled_ready_ : ready_; }
+  MPI_Comm ready_of_tag(int tag) const { return tag < 0 ? labelled_ready_ : ready_; }
 
   // Ready notices between ranks of one node: every rank of the node has a
   // slot for each device of the world in a shared window, where it writes
@@ -974,13 +981,18 @@ class mpi_communicator {
   void recv(int from, void* out, std::size_t n, dtype t, int tag) {
     check_tag(tag);
     const std::size_t expected = n * size_of(t);
-    if (expected >= mpi_state::direct_bytes) return recv_large(from, out, n, t, tag);
+    if (expected >= mpi_state::direct_bytes) {
+      const auto got = recv_large(from, n, t, tag, expected, announced::not_yet, [&](MPI_Message& message, MPI_Request& request) {
+        return MPI_Imrecv(out, count(n), detail::mpi_datatype(t), &message, &request);
+      });
+      if (got.bytes != expected) throw wrong_size(from, n, t, tag, static_cast<int>(got.bytes));
+      return;
+    }
     if (expected > mpi_state::eager_bytes) {
       const std::size_t size = recv_pieces(from, {}, out, n, t, tag);
       if (size != expected) throw wrong_size(from, n, t, tag, static_cast<int>(size));
       return;
     }
-    if (tag == detail::labelled_tag && expected == detail::message_label::bytes) return recv_label(from, out);
     bool truncated = false;
     const std::size_t bytes =
         receive_posted(from, out, count(n), detail::mpi_datatype(t), expected, n, t, tag, truncated);
@@ -989,41 +1001,80 @@ class mpi_communicator {
     if (bytes != expected) throw wrong_size(from, n, t, tag, static_cast<int>(bytes));
   }
 
-  // Up to a few KiB of data go in one message with their label: whole up to
-  // eager_bytes, in pieces below direct_bytes (one message saves a round of
-  // MPI's matching, a third of a 1 KiB round trip).
-  bool labels_inline(std::size_t bytes) const { return detail::message_label::bytes + bytes < mpi_state::direct_bytes; }
-
+  // A labelled message's label leads its data in one message below
+  // direct_bytes in all (one message saves a round of MPI's matching, a
+  // third of a 1 KiB round trip): whole up to eager_bytes, else in pieces.
+  // Within one eager message a label whose text the receiver has goes as
+  // its header alone. From direct_bytes the label goes as a message of its
+  // own, just ahead of the data (label_apart).
   void send_with_label(int to, const std::uint8_t* header, std::string_view what, const void* in, std::size_t bytes) {
     using L = detail::message_label;
     if (s_->sends_header_only(to, L::identity_at(header), bytes))
       return s_->post_parts(to, detail::labelled_tag, {{header, L::header_bytes}, {in, bytes}});
     const auto label = L::described_label(header, what);
+    if (label_apart(bytes)) {
+      s_->post_parts(to, detail::labelled_tag, {{label.data(), label.size()}});
+      return s_->post(to, in, bytes, dtype::u8, mpi_state::labelled_data_tag);
+    }
     s_->post_parts(to, detail::labelled_tag, {{label.data(), label.size()}, {in, bytes}});
   }
+
+  // Whether the label of a labelled message of `bytes` of data goes apart,
+  // as a message of its own just ahead of the data: where the two would
+  // make a message of direct_bytes or more. The data then goes from the
+  // caller's memory to a receiver that waits for it, or from a copy, as
+  // any such message does (mpi_state::post). One message from the label's
+  // and the data's places at once (an MPI struct datatype) was measured and
+  // left: Open MPI moves such a message through its shared-memory
+  // fragments, not its single copy, and on a busy 2-core machine a 16 KiB
+  // round trip took 1.6 times as long (docs/performance.md).
+  static bool label_apart(std::size_t bytes) {
+    return detail::message_label::bytes + bytes >= mpi_state::direct_bytes;
+  }
+
+  // Whether a receive's ready notice has gone out (recv_large).
+  enum class announced { not_yet, already };
 
   // A whole message is taken into scratch memory (any message of its size
   // class fits), then copied out; one in pieces as recv_pieces does. One of
   // another size class, found once the receive times out, gives its label.
   std::size_t recv_with_label(int from, void* label, std::size_t label_bytes, void* out, std::size_t bytes) {
     taken_label_.reset();
+    std::size_t got = 0;
     try {
-      return receive_with_label(from, label, label_bytes, out, bytes);
+      got = receive_with_label(from, label, label_bytes, out, bytes);
     } catch (const collective_error&) {
       if (!taken_label_) throw;
-      std::memcpy(label, taken_label_->data(), label_bytes);
-      return 0;  // the label names the data it came with
+      std::memcpy(label, taken_label_->label.data(), label_bytes);
+      got = taken_label_->data_bytes;
     }
+    // A label that came alone in the place of a message whose label leads
+    // its data went ahead of its own data: that is taken too, so that the
+    // next labelled message arrives intact.
+    if (!label_apart(bytes) && got == 0) take_data_after(from, static_cast<const std::uint8_t*>(label));
+    return got;
   }
 
-  // A labelled message's data is coming (its label first): the ready notice
-  // goes out now, so it travels while the label does, and recv_large does
-  // not send another.
-  void expect(int from, std::size_t n, dtype t, int tag) {
-    announced_.reset();
-    if (n * size_of(t) < mpi_state::direct_bytes) return;
-    s_->announce_ready(from, tag);
-    announced_ = std::pair{from, tag};
+  // Takes the data that a label announces, where it went apart from it
+  // (label_apart), into scratch memory.
+  void take_data_after(int from, const std::uint8_t* label) {
+    using L = detail::message_label;
+    const std::size_t data = L::count_at(label) * size_of(L::type_at(label));
+    if (!label_apart(data)) return;
+    std::vector<std::byte> taken(data);
+    recv_data_apart(from, taken.data(), data, announced::not_yet);
+  }
+
+  // The data of a labelled message whose label went ahead of it
+  // (label_apart): more than eager_bytes, so in pieces or whole with MPI's
+  // handshake. Returns the message's size; one of another size is taken
+  // whole, `out` untouched.
+  std::size_t recv_data_apart(int from, void* out, std::size_t bytes, announced notice) {
+    constexpr int tag = mpi_state::labelled_data_tag;
+    if (bytes < mpi_state::direct_bytes) return recv_pieces(from, {}, out, bytes, dtype::u8, tag);
+    return recv_large(from, bytes, dtype::u8, tag, bytes, notice, [&](MPI_Message& message, MPI_Request& request) {
+             return MPI_Imrecv(out, count(bytes), MPI_BYTE, &message, &request);
+           }).bytes;
   }
 
   void barrier(const group& g) {
@@ -1137,6 +1188,15 @@ class mpi_communicator {
     constexpr int tag = detail::labelled_tag;
     const std::size_t expected = label_bytes + bytes;
     std::size_t got = 0;
+    if (label_apart(bytes)) {
+      // The label alone, then the data; a ready notice goes first, so that
+      // it travels while the label does.
+      const bool large = bytes >= mpi_state::direct_bytes;
+      if (large) s_->announce_ready(from, mpi_state::labelled_data_tag);
+      const std::size_t with_label = receive_with_label(from, label, label_bytes, nullptr, 0);
+      if (with_label != 0) return with_label;  // a label with data: of another size, named by the caller
+      return recv_data_apart(from, out, bytes, large ? announced::already : announced::not_yet);
+    }
     if (expected > mpi_state::eager_bytes) {
       got = recv_pieces(from, {static_cast<std::byte*>(label), label_bytes}, out, bytes, dtype::u8, tag);
     } else {
@@ -1157,50 +1217,55 @@ class mpi_communicator {
     return got - label_bytes;
   }
 
-  // The label ahead of a labelled message whose data goes apart
-  // (labels_inline is false for it): received as a labelled message with no
-  // data, so that a label that came with its data, sent by a device that
-  // expects less data, still names the mismatch (device::check_label).
-  void recv_label(int from, void* out) { recv_with_label(from, out, detail::message_label::bytes, nullptr, 0); }
-
   // A message of direct_bytes or more passes MPI's eager limit, so MPI hands
   // it over with a handshake and finding it before receiving costs nothing
-  // (the data still moves once, straight into `out`). Its size is then
-  // known first, and one of the wrong size is taken into scratch memory and
-  // named exactly. A receive must never be posted for fewer bytes than such
-  // a message holds: Open MPI 4.1's shared-memory single copy writes all of
-  // it, past the end of the receive buffer. Hence also their communicators
-  // of their own (comm_of): a small receive, posted at once, never meets
-  // one. The ready notice goes out once this device looks for the message.
-  void recv_large(int from, void* out, std::size_t n, dtype t, int tag) {
-    if (announced_ == std::pair{from, tag}) announced_.reset();
-    else s_->announce_ready(from, tag);
+  // (the data still moves once, straight into its place). Its size is then
+  // known first: a message of `expected` bytes is received by
+  // receive(message, request), which starts an MPI_Imrecv; one of another
+  // size is taken into scratch memory, returned as `scratch`, for the
+  // caller to name. A receive must never be posted for fewer bytes than
+  // such a message holds: Open MPI 4.1's shared-memory single copy writes
+  // all of it, past the end of the receive buffer. Hence also their
+  // communicators of their own (comm_of): a small receive, posted at once,
+  // never meets one. The ready notice goes out once this device looks for
+  // the message, unless it went already (announced). n elements of t name
+  // what was expected in errors.
+  struct large_message {
+    std::size_t bytes = 0;
+    const std::byte* scratch = nullptr;  // the message, where it was not the expected size
+  };
+  template <class Receive>
+  large_message recv_large(int from, std::size_t n, dtype t, int tag, std::size_t expected, announced notice,
+                           Receive receive) {
+    if (notice == announced::not_yet) s_->announce_ready(from, tag);
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status status;
     auto found = [&] {
       int flag = 0;
-      s_->check(MPI_Improbe(from, mpi_state::mpi_tag(tag), s_->comm_of(tag, n * size_of(t)), &flag, &message, &status),
+      s_->check(MPI_Improbe(from, mpi_state::mpi_tag(tag), s_->comm_of(tag, expected), &flag, &message, &status),
                 "MPI_Improbe");
       return flag != 0;
     };
     bool sender_finished = false;
     const bool arrived = wait_for_message(from, found, sender_finished);
-    if (sender_finished || !arrived) nothing_received(from, n, t, tag, sender_finished, n * size_of(t));
-    s_->count_received(from, tag, n * size_of(t));
-    int bytes = 0;
-    MPI_Get_count(&status, MPI_BYTE, &bytes);
-    if (static_cast<std::size_t>(bytes) != n * size_of(t)) {
-      s_->check(MPI_Mrecv(s_->scratch(static_cast<std::size_t>(bytes)), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE),
-                "MPI_Mrecv");
-      throw wrong_size(from, n, t, tag, bytes);
+    if (sender_finished || !arrived) nothing_received(from, n, t, tag, sender_finished, expected);
+    s_->count_received(from, tag, expected);
+    MPI_Count size = 0;
+    MPI_Get_elements_x(&status, MPI_BYTE, &size);
+    const auto bytes = static_cast<std::size_t>(size);
+    if (bytes != expected) {
+      std::byte* taken = s_->scratch(bytes);
+      s_->check(MPI_Mrecv(taken, mpi_state::mpi_count(bytes), MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+      return {bytes, taken};
     }
     MPI_Request request = MPI_REQUEST_NULL;
-    s_->check(MPI_Imrecv(out, count(n), detail::mpi_datatype(t), &message, &request), "MPI_Imrecv");
+    s_->check(receive(message, request), "MPI_Imrecv");
     if (!s_->wait_all(&request, 1, s_->timeout())) {
       throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (", detail::describe_tag(tag),
                                       "): the message came but its data did not arrive within ", s_->timeout().count(),
                                       " ms"));
     }
+    return {bytes, nullptr};
   }
 
   // Polls came() until it says the message from `from` is there (true), the
@@ -1247,19 +1312,23 @@ class mpi_communicator {
       MPI_Get_count(&status, MPI_BYTE, &got);
       std::byte* data = s_->scratch(static_cast<std::size_t>(got));
       s_->check(MPI_Mrecv(data, got, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
-      s_->count_received(from, tag, n * size_of(t));
+      // Counted in the size class it came in, as its sender counted it: the
+      // ready notices of large messages name them by that count.
+      s_->count_received(from, tag, bytes);
       // A labelled message's label is kept (read before the rest of one in
       // pieces overwrites the scratch memory): the receive names it by that.
       const bool in_pieces = bytes == mpi_state::eager_bytes + 1;
       const std::size_t skip = in_pieces ? mpi_state::piece_header_bytes : 0;
+      std::size_t lead = 0;
       if (tag == detail::labelled_tag && static_cast<std::size_t>(got) >= skip) {
         taken_label_.emplace();
-        if (!s_->restore_label(from, reinterpret_cast<const std::uint8_t*>(data + skip), static_cast<std::size_t>(got) - skip,
-                               taken_label_->data()))
-          taken_label_.reset();
+        lead = s_->restore_label(from, reinterpret_cast<const std::uint8_t*>(data + skip),
+                                 static_cast<std::size_t>(got) - skip, taken_label_->label.data());
+        if (lead == 0) taken_label_.reset();
       }
       std::size_t size = static_cast<std::size_t>(got);
       if (in_pieces) size = s_->take_rest_of_message(from, mpi_state::mpi_tag(tag), comm, data, size);
+      if (taken_label_) taken_label_->data_bytes = size - lead;
       throw wrong_size(from, n, t, tag, static_cast<int>(size));
     }
     if (sender_finished) {
@@ -1344,14 +1413,16 @@ class mpi_communicator {
   }
 
   std::shared_ptr<mpi_state> s_;
-  std::optional<std::pair<int, int>> announced_;  // (peer, tag) whose ready notice expect sent ahead
   // The label of a labelled message of another size class that a receive
   // took in the place of its own (nothing_received).
-  std::optional<std::array<std::uint8_t, detail::message_label::bytes>> taken_label_;
+  struct taken_label {
+    std::array<std::uint8_t, detail::message_label::bytes> label;
+    std::size_t data_bytes = 0;  // that came with it
+  };
+  std::optional<taken_label> taken_label_;
 };
 
 static_assert(communicator<mpi_communicator>);
-static_assert(expecting_communicator<mpi_communicator>);
 static_assert(inline_label_communicator<mpi_communicator>);
 
 }  // namespace typemesh
