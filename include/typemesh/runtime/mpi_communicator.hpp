@@ -982,10 +982,8 @@ class mpi_communicator {
     check_tag(tag);
     const std::size_t expected = n * size_of(t);
     if (expected >= mpi_state::direct_bytes) {
-      const auto got = recv_large(from, n, t, tag, expected, announced::not_yet, [&](MPI_Message& message, MPI_Request& request) {
-        return MPI_Imrecv(out, count(n), detail::mpi_datatype(t), &message, &request);
-      });
-      if (got.bytes != expected) throw wrong_size(from, n, t, tag, static_cast<int>(got.bytes));
+      const std::size_t size = recv_large(from, out, n, t, tag, announced::not_yet);
+      if (size != expected) throw wrong_size(from, n, t, tag, static_cast<int>(size));
       return;
     }
     if (expected > mpi_state::eager_bytes) {
@@ -1061,7 +1059,7 @@ class mpi_communicator {
     using L = detail::message_label;
     const std::size_t data = L::count_at(label) * size_of(L::type_at(label));
     if (!label_apart(data)) return;
-    std::vector<std::byte> taken(data);
+    std::vector<std::byte> taken(data);  // not scratch memory: recv_pieces takes its first piece there
     recv_data_apart(from, taken.data(), data, announced::not_yet);
   }
 
@@ -1072,9 +1070,7 @@ class mpi_communicator {
   std::size_t recv_data_apart(int from, void* out, std::size_t bytes, announced notice) {
     constexpr int tag = mpi_state::labelled_data_tag;
     if (bytes < mpi_state::direct_bytes) return recv_pieces(from, {}, out, bytes, dtype::u8, tag);
-    return recv_large(from, bytes, dtype::u8, tag, bytes, notice, [&](MPI_Message& message, MPI_Request& request) {
-             return MPI_Imrecv(out, count(bytes), MPI_BYTE, &message, &request);
-           }).bytes;
+    return recv_large(from, out, bytes, dtype::u8, tag, notice);
   }
 
   void barrier(const group& g) {
@@ -1219,24 +1215,17 @@ class mpi_communicator {
 
   // A message of direct_bytes or more passes MPI's eager limit, so MPI hands
   // it over with a handshake and finding it before receiving costs nothing
-  // (the data still moves once, straight into its place). Its size is then
-  // known first: a message of `expected` bytes is received by
-  // receive(message, request), which starts an MPI_Imrecv; one of another
-  // size is taken into scratch memory, returned as `scratch`, for the
-  // caller to name. A receive must never be posted for fewer bytes than
-  // such a message holds: Open MPI 4.1's shared-memory single copy writes
-  // all of it, past the end of the receive buffer. Hence also their
-  // communicators of their own (comm_of): a small receive, posted at once,
-  // never meets one. The ready notice goes out once this device looks for
-  // the message, unless it went already (announced). n elements of t name
-  // what was expected in errors.
-  struct large_message {
-    std::size_t bytes = 0;
-    const std::byte* scratch = nullptr;  // the message, where it was not the expected size
-  };
-  template <class Receive>
-  large_message recv_large(int from, std::size_t n, dtype t, int tag, std::size_t expected, announced notice,
-                           Receive receive) {
+  // (the data still moves once, straight into `out`). Its size is then
+  // known first: one of n elements of t is received into `out`, one of
+  // another size taken into scratch memory, `out` untouched; returns the
+  // message's size, for the caller to name a wrong one. A receive must
+  // never be posted for fewer bytes than such a message holds: Open MPI
+  // 4.1's shared-memory single copy writes all of it, past the end of the
+  // receive buffer. Hence also their communicators of their own (comm_of):
+  // a small receive, posted at once, never meets one. The ready notice goes
+  // out once this device looks for the message, unless it went already.
+  std::size_t recv_large(int from, void* out, std::size_t n, dtype t, int tag, announced notice) {
+    const std::size_t expected = n * size_of(t);
     if (notice == announced::not_yet) s_->announce_ready(from, tag);
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status status;
@@ -1254,18 +1243,18 @@ class mpi_communicator {
     MPI_Get_elements_x(&status, MPI_BYTE, &size);
     const auto bytes = static_cast<std::size_t>(size);
     if (bytes != expected) {
-      std::byte* taken = s_->scratch(bytes);
-      s_->check(MPI_Mrecv(taken, mpi_state::mpi_count(bytes), MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
-      return {bytes, taken};
+      s_->check(MPI_Mrecv(s_->scratch(bytes), mpi_state::mpi_count(bytes), MPI_BYTE, &message, MPI_STATUS_IGNORE),
+                "MPI_Mrecv");
+      return bytes;
     }
     MPI_Request request = MPI_REQUEST_NULL;
-    s_->check(receive(message, request), "MPI_Imrecv");
+    s_->check(MPI_Imrecv(out, count(n), detail::mpi_datatype(t), &message, &request), "MPI_Imrecv");
     if (!s_->wait_all(&request, 1, s_->timeout())) {
       throw timeout_error(detail::cat("recv on device ", device(), " from device ", from, " (", detail::describe_tag(tag),
                                       "): the message came but its data did not arrive within ", s_->timeout().count(),
                                       " ms"));
     }
-    return {bytes, nullptr};
+    return bytes;
   }
 
   // Polls came() until it says the message from `from` is there (true), the
