@@ -673,6 +673,33 @@ TEST(Messages, ALabelKeepsItsFieldsAndIdentitiesTellDescriptionsApart) {
   EXPECT_EQ(identities.size(), made + 1);
 }
 
+// A device remembers the identities of its last descriptions
+// (identity_memo): every answer is the description's own hash, whether it
+// was remembered, forgotten, or never seen, and a description that differs
+// from a remembered one only in its last character or its length is not
+// taken for it.
+TEST(Messages, RememberedIdentitiesAreTheDescriptionsOwn) {
+  using L = typemesh::detail::message_label;
+  std::vector<std::string> descriptions{"", "a", "ab", "ba"};
+  for (int i = 0; i < 40; ++i) descriptions.push_back("relayout of mesh 'm' [8], dims [batch=" + std::to_string(i) + "]");
+  descriptions.push_back(descriptions.back() + " ");
+  std::string last = descriptions.back();
+  last.back() = '!';
+  descriptions.push_back(last);
+  typemesh::detail::identity_memo memo;
+  // In order (each new), then again: more than the memo keeps, so early
+  // ones come back after being forgotten; then a few repeated closely.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const std::string& d : descriptions) {
+      EXPECT_EQ(memo(d), L::identity_of(d)) << "'" << d << "'";
+    }
+  }
+  for (int i = 0; i < 200; ++i) {
+    const std::string& d = descriptions[static_cast<std::size_t>(i * 7) % 5 + descriptions.size() - 5];
+    EXPECT_EQ(memo(d), L::identity_of(d)) << "'" << d << "'";
+  }
+}
+
 // On host threads a transfer's pairs move through one exchange: each sender
 // shows its source once, each receiver reads the senders' sources in place,
 // in the order they are shown, and a sender returns only once nobody reads

@@ -589,6 +589,15 @@ TEST(MpiLabels, ALabelGoesWithoutItsTextOnceItsReceiverHasIt) {
   EXPECT_EQ(restored.type, dtype::f32);
   EXPECT_EQ(state.restore_label(1, header.data(), header.size(), label.data()), L::header_bytes);  // another sender
   EXPECT_EQ(L::decode(label.data()).what, "an operation whose first message this device never took");
+  // What a receive takes: the label as it came, its text only when asked for.
+  label.fill(0);
+  EXPECT_EQ(state.take_label(0, header.data(), header.size(), label.data()), L::header_bytes);
+  EXPECT_FALSE(L::described(label.data()));
+  EXPECT_EQ(L::sequence_at(label.data()), 1u);
+  EXPECT_EQ(state.label_text(0, label.data()), op);
+  EXPECT_EQ(state.label_text(1, label.data()), "an operation whose first message this device never took");
+  EXPECT_EQ(state.take_label(0, second.data(), second.size(), label.data()), L::bytes);
+  EXPECT_EQ(L::decode(label.data()).what, op);
   EXPECT_EQ(state.restore_label(0, header.data(), L::header_bytes - 1, label.data()), 0u);  // too short for a label
   EXPECT_EQ(state.restore_label(0, first.data(), 100, label.data()), 0u);
 }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -97,16 +98,20 @@ concept exchanging_communicator = communicator<C> && requires(C& c, const exchan
 // header and its operation's text (`what`), and the data on the labelled
 // channel; recv_with_label takes them into `label` and `data` and returns
 // the bytes of data that came. Labels are message_label::bytes
-// (label_bytes); on the way a label may go as its header alone, but
-// recv_with_label gives it back whole. A message of another size is taken
-// whole, its label still filled in (when it has one), so that the caller
-// names the mismatch from the label; its data is not written then.
+// (label_bytes); on the way a label may go as its header alone, and
+// recv_with_label gives it back as it came: whole, or its header alone
+// (message_label::described false), whose text label_text(peer, label)
+// gives when the caller needs it to name a mismatch. A message of another
+// size is taken whole, its label still filled in (when it has one), so
+// that the caller names the mismatch from the label; its data is not
+// written then.
 template <class C>
 concept inline_label_communicator = communicator<C> && requires(C& c, const void* in, void* out, std::size_t bytes,
                                                                 int peer, const std::uint8_t* header,
                                                                 std::string_view what) {
   c.send_with_label(peer, header, what, in, bytes);
   { c.recv_with_label(peer, out, bytes, out, bytes) } -> std::same_as<std::size_t>;
+  { c.label_text(peer, header) } -> std::convertible_to<std::string>;
 };
 
 }  // namespace typemesh

@@ -310,7 +310,7 @@ class device {
   std::array<std::uint8_t, detail::message_label::header_bytes> next_header(std::string_view what, int to,
                                                                             std::size_t n, dtype t) {
     using L = detail::message_label;
-    return L::header(L::identity_of(what), labelled_sent_[to]++, n, t);
+    return L::header(identities_(what), labelled_sent_[to]++, n, t);
   }
   std::array<std::uint8_t, detail::message_label::bytes> next_label(std::string_view what, int to, std::size_t n, dtype t) {
     return detail::message_label::described_label(next_header(what, to, n, t).data(), what);
@@ -340,10 +340,11 @@ class device {
   void check_label(std::string_view what, int from, std::size_t n, const std::uint8_t* bytes) {
     using L = detail::message_label;
     const std::uint64_t expected = labelled_received_[from]++;
-    if (L::identity_at(bytes) != L::identity_of(what) || L::sequence_at(bytes) != expected) {
+    if (L::identity_at(bytes) != identities_(what) || L::sequence_at(bytes) != expected) {
       throw collective_error(detail::cat(
           "device ", id(), " expects its labelled message ", expected, " from device ", from, " to belong to ", what,
-          ", but device ", from, "'s message ", L::sequence_at(bytes), " belongs to ", L::decode(bytes).what,
+          ", but device ", from, "'s message ", L::sequence_at(bytes), " belongs to ",
+          L::described(bytes) ? L::decode(bytes).what : impl_->label_text(from, bytes),
           ": a device skipped a transfer, or the devices ran their transfers in different orders"));
     }
     if (L::count_at(bytes) != n || L::type_at(bytes) != dtype_of<T>) {
@@ -460,6 +461,7 @@ class device {
     virtual bool labels_inline() const = 0;
     virtual void send_with_label(int, const std::uint8_t*, std::string_view, const void*, std::size_t) = 0;
     virtual std::size_t recv_with_label(int, void*, std::size_t, void*, std::size_t) = 0;
+    virtual std::string label_text(int, const std::uint8_t*) = 0;
     virtual void barrier(const group&) = 0;
     virtual bool exchanges() const = 0;
     virtual void exchange(const exchange_side&) = 0;
@@ -502,6 +504,10 @@ class device {
     }
     std::size_t recv_with_label(int from, void* label, std::size_t label_bytes, void* out, std::size_t bytes) override {
       if constexpr (inline_label_communicator<C>) return c.recv_with_label(from, label, label_bytes, out, bytes);
+      else not_inline();
+    }
+    std::string label_text(int from, const std::uint8_t* label) override {
+      if constexpr (inline_label_communicator<C>) return c.label_text(from, label);
       else not_inline();
     }
     [[noreturn]] void not_inline() const {
@@ -617,6 +623,7 @@ class device {
   typemesh::traffic traffic_;
   // Labelled messages sent to and received from each device so far.
   std::vector<std::uint64_t> labelled_sent_, labelled_received_;
+  detail::identity_memo identities_;  // of the descriptions of labelled messages
 };
 
 namespace detail {

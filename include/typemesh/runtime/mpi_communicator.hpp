@@ -372,25 +372,38 @@ class mpi_state {
     return !described_to_[to].insert(identity).second;
   }
 
-  // The whole label of a labelled message from `from` whose first `got`
-  // bytes are at `message`, into `label` (message_label::bytes): a label
-  // without its text gets it from the first of that operation's labels
-  // from that device. Returns the bytes the label takes in the message, or
-  // 0 where the message is too short to hold one.
-  std::size_t restore_label(int from, const std::uint8_t* message, std::size_t got, std::uint8_t* label) {
+  // The label of a labelled message from `from` whose first `got` bytes
+  // are at `message`, into `label` (message_label::bytes) as it came: whole,
+  // or its header alone. The text of a whole one is kept for that
+  // operation's later labels from that device. Returns the bytes the label
+  // takes in the message, or 0 where the message is too short to hold one.
+  std::size_t take_label(int from, const std::uint8_t* message, std::size_t got, std::uint8_t* label) {
     using L = detail::message_label;
     if (got < L::header_bytes || got < L::size_at(message)) return 0;
-    auto& known = descriptions_from_[from];
-    if (L::described(message)) {
-      std::memcpy(label, message, L::bytes);
-      if (const auto id = L::identity_at(message); !known.contains(id)) known.emplace(id, L::decode(message).what);
-      return L::bytes;
+    if (!L::described(message)) {
+      std::memcpy(label, message, L::header_bytes);
+      return L::header_bytes;
     }
-    std::memcpy(label, message, L::header_bytes);
-    const auto it = known.find(L::identity_at(message));
-    L::describe(label, it != known.end() ? std::string_view(it->second)
-                                         : std::string_view("an operation whose first message this device never took"));
-    return L::header_bytes;
+    std::memcpy(label, message, L::bytes);
+    auto& known = descriptions_from_[from];
+    if (const auto id = L::identity_at(message); !known.contains(id)) known.emplace(id, L::decode(message).what);
+    return L::bytes;
+  }
+
+  // The text of the operation of a label from `from` that came without it:
+  // that of the first of the operation's labels from that device.
+  std::string_view label_text(int from, const std::uint8_t* label) const {
+    const auto& known = descriptions_from_[from];
+    const auto it = known.find(detail::message_label::identity_at(label));
+    return it != known.end() ? std::string_view(it->second)
+                             : std::string_view("an operation whose first message this device never took");
+  }
+
+  // take_label, and a label that came without its text gets it (label_text).
+  std::size_t restore_label(int from, const std::uint8_t* message, std::size_t got, std::uint8_t* label) {
+    const std::size_t lead = take_label(from, message, got, label);
+    if (lead == detail::message_label::header_bytes) detail::message_label::describe(label, label_text(from, label));
+    return lead;
   }
 
   // `got` bytes at `first` came from `from` (MPI tag `mpi_tag`) on `comm`, a
@@ -1030,6 +1043,13 @@ class mpi_communicator {
     return detail::message_label::bytes + bytes >= mpi_state::direct_bytes;
   }
 
+  // The text of the operation of a label that recv_with_label gave back
+  // without it (message_label::described false): a message from `from`
+  // that went as its label's header, restored from the first of that
+  // operation's labels. Only a mismatch needs it, so a receive does not
+  // copy it in.
+  std::string label_text(int from, const std::uint8_t* label) const { return std::string(s_->label_text(from, label)); }
+
   // Whether a receive's ready notice has gone out (recv_large).
   enum class announced { not_yet, already };
 
@@ -1202,9 +1222,10 @@ class mpi_communicator {
                            tag, truncated);
       s_->count_received(from, tag, expected);
       if (truncated) throw wrong_size(from, expected, dtype::u8, tag, detail::cat("more than ", mpi_state::eager_bytes, " bytes"));
-      // Its label whole, or without its text (mpi_state::sends_header_only).
-      const std::size_t lead = s_->restore_label(from, reinterpret_cast<const std::uint8_t*>(in), got,
-                                                 static_cast<std::uint8_t*>(label));
+      // Its label whole, or without its text (mpi_state::sends_header_only),
+      // which the caller asks for only to name a mismatch (label_text).
+      const std::size_t lead = s_->take_label(from, reinterpret_cast<const std::uint8_t*>(in), got,
+                                              static_cast<std::uint8_t*>(label));
       if (lead == 0) throw wrong_size(from, expected, dtype::u8, tag, static_cast<int>(got));
       if (got - lead == bytes && bytes) backend::host::copy_bytes(out, in + lead, bytes);
       return got - lead;
