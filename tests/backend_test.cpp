@@ -294,39 +294,50 @@ TEST(BoxCopies, CopyAndStreamWriteExactlyTheBox) {
 
 // host::copy_bytes takes its own loop from 4 KiB where the two ends are not
 // aligned alike modulo 64, else memcpy. It, and its loop on each instruction
-// set (SSE2, and AVX where the CPU has it) for every size, must copy exactly
-// the bytes asked for, from offsets across a line at either end, for sizes
-// around the threshold and the loops' block lengths, leaving the bytes
-// around the destination as they were.
+// set (SSE2, and AVX where the CPU has it), and stream_bytes' non-temporal
+// loop on each (SSE2, AVX, AVX-512, those the CPU has) must copy exactly the
+// bytes asked for, for every size, from offsets across a line at either end,
+// for sizes around the threshold and the loops' block lengths, leaving the
+// bytes around the destination as they were.
 TEST(CopyBytes, CopiesExactlyTheBytesFromAnyAlignment) {
   namespace host = be::host;
-  std::vector<std::function<void(void*, const void*, std::size_t)>> copies{
-      [](void* d, const void* s, std::size_t n) { host::copy_bytes(d, s, n); }};
+  using copy = std::function<void(void*, const void*, std::size_t)>;
+  std::vector<std::pair<std::string, copy>> copies{
+      {"copy_bytes", [](void* d, const void* s, std::size_t n) { host::copy_bytes(d, s, n); }}};
 #if TYPEMESH_HOST_SIMD
-  copies.push_back([](void* d, const void* s, std::size_t n) {
+  copies.emplace_back("copy_bytes' SSE2 loop", [](void* d, const void* s, std::size_t n) {
     host::detail::copy_vectors(d, s, n, host::simd_isa::none);
   });
   if (host::detected_simd_isa() != host::simd_isa::none) {
-    copies.push_back([](void* d, const void* s, std::size_t n) {
+    copies.emplace_back("copy_bytes' AVX loop", [](void* d, const void* s, std::size_t n) {
       host::detail::copy_vectors(d, s, n, host::detected_simd_isa());
     });
   }
 #endif
-  const std::size_t sizes[] = {0, 1, 63, 4095, 4096, 4097, 4096 + 63, 4096 + 127, 5000, 65536 + 77};
+#if TYPEMESH_STREAM_STORES
+  for (auto isa : {host::simd_isa::none, host::simd_isa::avx2, host::simd_isa::avx512}) {
+    if (isa > host::detected_simd_isa()) continue;
+    const char* names[] = {"stream_bytes' SSE2 loop", "stream_bytes' AVX loop", "stream_bytes' AVX-512 loop"};
+    copies.emplace_back(names[static_cast<int>(isa)], [isa](void* d, const void* s, std::size_t n) {
+      be::detail::stream_vectors(static_cast<std::byte*>(d), static_cast<const std::byte*>(s), n, isa);
+      be::detail::stream_fence();
+    });
+  }
+#endif
+  const std::size_t sizes[] = {0, 1, 63, 255, 256, 511, 512, 4095, 4096, 4097, 4096 + 63, 4096 + 127, 5000, 65536 + 77};
   std::vector<unsigned char> src(70'000 + 128), dst(70'000 + 256);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
-  for (std::size_t c = 0; c < copies.size(); ++c) {
+  for (const auto& [name, copy_with] : copies) {
     for (std::size_t n : sizes) {
       for (std::size_t from : {0, 1, 8, 16, 33, 63}) {
         for (std::size_t to : {0, 4, 16, 31, 32, 48, 63}) {
           std::fill(dst.begin(), dst.end(), static_cast<unsigned char>(0xA5));
-          copies[c](dst.data() + 64 + to, src.data() + from, n);
+          copy_with(dst.data() + 64 + to, src.data() + from, n);
           for (std::size_t i = 0; i < dst.size(); ++i) {
             const bool inside = i >= 64 + to && i < 64 + to + n;
             const unsigned char want = inside ? src[from + i - 64 - to] : static_cast<unsigned char>(0xA5);
             ASSERT_EQ(dst[i], want) << "byte " << i << " of a copy of " << n << " bytes from offset " << from
-                                    << " to offset " << to << ", copy " << c
-                                    << " (0: copy_bytes, 1: SSE2 loop, 2: AVX loop)";
+                                    << " to offset " << to << " by " << name;
           }
         }
       }
