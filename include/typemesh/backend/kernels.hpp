@@ -251,7 +251,7 @@ copy_rows<T, Rank> rows_of(const T* src, const region<Rank>& from, T* dst, const
 // stores, to a destination aligned to the store's width; the rest with
 // memcpy. A 64-byte store fills a cache line at once: on a Zen 4 EPYC a
 // receiver gathering 512 B rows from 4 KiB apart (case 2r of the conversions
-// benchmark, 32 MiB) took 1.4-1.7x less time than with 16-byte stores; the
+// benchmark, 32 MiB) took 1.4-1.8x less time than with 16-byte stores; the
 // other cases were level (docs/performance.md).
 __attribute__((target("avx"))) inline void stream_avx(std::byte* d, const std::byte* s, std::size_t n) {
   for (; n >= 128; n -= 128, d += 128, s += 128) {
