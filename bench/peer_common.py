@@ -47,12 +47,40 @@ def check_timing_arguments(p, a):
         p.error(f"--threads: every count must be at least 1, not {a.threads}")
 
 
+def cpu_description():
+    """The CPU's model and how its logical CPUs sit on physical cores (Linux;
+    elsewhere the platform's processor name): two threads that share one core
+    share its FMA units, which a 2-thread GEMM-bound step shows."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            first = f.read().split("\n\n", 1)[0]  # the first CPU's entry
+        fields = dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in first.splitlines()))
+        flags = fields.get("flags", "").split()
+        vectors = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+        model = (f"{fields.get('model name', model)} (family {fields.get('cpu family', '?')}, "
+                 f"model {fields.get('model', '?')}, {vectors})")
+    except OSError:
+        pass
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    cores = set()  # one sibling list per physical core
+    for cpu in cpus:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+                cores.add(f.read().strip())
+        except OSError:
+            return model
+    shared = "" if len(cores) == len(cpus) else " (hardware threads share a core)"
+    return f"{model}, {len(cpus)} logical CPUs on {len(cores)} physical cores{shared}"
+
+
 def print_header(torch, typemesh, args):
     """Date, command, machine and load, the libraries, how a cell is made."""
     print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores online, load average "
           f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"cpu: {cpu_description()}")
     print(f"torch {torch.__version__} (oneDNN {'on' if torch.backends.mkldnn.is_available() else 'off'}, "
           f"MKL {'on' if torch.backends.mkl.is_available() else 'off'}); typemesh: {typemesh}")
     if os.environ.get("OPENBLAS_CORETYPE"):
