@@ -315,10 +315,10 @@ TEST(CopyBytes, CopiesExactlyTheBytesFromAnyAlignment) {
   }
 #endif
 #if TYPEMESH_STREAM_STORES
+  const char* stream_names[] = {"stream_bytes' SSE2 loop", "stream_bytes' AVX loop", "stream_bytes' AVX-512 loop"};
   for (auto isa : {host::simd_isa::none, host::simd_isa::avx2, host::simd_isa::avx512}) {
     if (isa > host::detected_simd_isa()) continue;
-    const char* names[] = {"stream_bytes' SSE2 loop", "stream_bytes' AVX loop", "stream_bytes' AVX-512 loop"};
-    copies.emplace_back(names[static_cast<int>(isa)], [isa](void* d, const void* s, std::size_t n) {
+    copies.emplace_back(stream_names[static_cast<int>(isa)], [isa](void* d, const void* s, std::size_t n) {
       be::detail::stream_vectors(static_cast<std::byte*>(d), static_cast<const std::byte*>(s), n, isa);
       be::detail::stream_fence();
     });

@@ -248,34 +248,21 @@ copy_rows<T, Rank> rows_of(const T* src, const region<Rank>& from, T* dst, const
 
 #if TYPEMESH_STREAM_STORES && TYPEMESH_HOST_SIMD
 // Non-temporal copies in blocks of four 32-byte (AVX) or 64-byte (AVX-512)
-// stores, to a destination aligned to the store's width; the rest with
-// memcpy. A 64-byte store fills a cache line at once: on a Zen 4 EPYC a
-// receiver gathering 512 B rows from 4 KiB apart (case 2r of the conversions
-// benchmark, 32 MiB) took 1.4-1.8x less time than with 16-byte stores; the
-// other cases were level (docs/performance.md).
+// stores, to a destination aligned to the store's width: copy_in_blocks'
+// loop, its store a lambda that carries the function's target (so that the
+// intrinsic inlines into it). A 64-byte store fills a cache line at once:
+// on a Zen 4 EPYC a receiver gathering 512 B rows from 4 KiB apart (case 2r
+// of the conversions benchmark, 32 MiB) took 1.4-1.8x less time than with
+// 16-byte stores; the other cases were level (docs/performance.md).
 __attribute__((target("avx"))) inline void stream_avx(std::byte* d, const std::byte* s, std::size_t n) {
-  for (; n >= 128; n -= 128, d += 128, s += 128) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32));
-    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 64));
-    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 96));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 32), b);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 64), c);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 96), e);
-  }
-  if (n) std::memcpy(d, s, n);
+  host::detail::copy_in_blocks<__m256i>(d, s, n, [](std::byte* at, const __m256i& v) __attribute__((target("avx"))) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(at), v);
+  });
 }
 __attribute__((target("avx512f"))) inline void stream_avx512(std::byte* d, const std::byte* s, std::size_t n) {
-  for (; n >= 256; n -= 256, d += 256, s += 256) {
-    const __m512i a = _mm512_loadu_si512(s), b = _mm512_loadu_si512(s + 64);
-    const __m512i c = _mm512_loadu_si512(s + 128), e = _mm512_loadu_si512(s + 192);
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(d), a);
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + 64), b);
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + 128), c);
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + 192), e);
-  }
-  if (n) std::memcpy(d, s, n);
+  host::detail::copy_in_blocks<__m512i>(d, s, n, [](std::byte* at, const __m512i& v) __attribute__((target("avx512f"))) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(at), v);
+  });
 }
 #endif
 
